@@ -1,0 +1,1 @@
+"""The PyTorch Tensors course's autograder: build, check and grade with nbgrader (see README)."""

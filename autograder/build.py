@@ -1,0 +1,131 @@
+"""Stage ``build``: regenerate release/ (nbgrader generate_assignment) and notebooks/ (executed references).
+
+Both are derived from source/ only, deterministically: a rebuild with no
+source change leaves git clean (same cell ids, no timing metadata, kernels
+started with a fixed environment).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from .course import CHECKS_MODULE, Course, CourseError, generate_assignment, strip_markers
+
+NBVAL_RAISES = "NBVAL_RAISES_EXCEPTION"
+REFERENCE_ENV = {"COURSE_DEVICE": "cpu", "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": "", "TQDM_DISABLE": "1"}
+"""Environment of the kernels that execute reference notebooks (CI is CPU-only)."""
+CELL_TIMEOUT_S = 600
+
+
+def build(course: Course, *, assignment_ids: list[str] | None = None) -> list[Path]:
+    """Regenerate release/<id>/ and notebooks/<id>.ipynb for each assignment.
+
+    Returns the paths written.
+
+    Raises:
+        CourseError: nbgrader generate_assignment failed, or a reference
+            notebook raised where it should not, did not raise where it is
+            marked ``# NBVAL_RAISES_EXCEPTION``, or wrote to stderr.
+    """
+    written = []
+    for assignment_id in assignment_ids or course.assignment_ids():
+        written.append(generate_release(course, assignment_id, destination=course.release))
+        written.append(write_reference(course, assignment_id))
+    return written
+
+
+def generate_release(course: Course, assignment_id: str, *, destination: Path) -> Path:
+    """Generate ``destination/<id>/`` with nbgrader and a throwaway gradebook (the course gradebook is not touched)."""
+    with tempfile.TemporaryDirectory(prefix="nbgrader-db-") as scratch:
+        db_url = f"sqlite:///{Path(scratch) / 'gradebook.db'}"
+        return generate_assignment(course, assignment_id, release_dir=destination, db_url=db_url)
+
+
+def reference_cells(course: Course, assignment_id: str) -> nbformat.NotebookNode:
+    """The reference notebook before execution: the source notebook with its marker lines removed."""
+    notebook = nbformat.read(course.source_notebook(assignment_id), as_version=4)
+    for cell in notebook.cells:
+        cell.source = strip_markers(cell.source)
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    return notebook
+
+
+def write_reference(course: Course, assignment_id: str) -> Path:
+    """Execute the reference notebook in notebooks/ and store it with its outputs.
+
+    Raises:
+        CourseError: see :func:`build`.
+    """
+    notebook = reference_cells(course, assignment_id)
+    course.notebooks.mkdir(exist_ok=True)
+    link = course.notebooks / "checks.py"
+    if not link.exists():
+        link.symlink_to(os.path.relpath(CHECKS_MODULE, course.notebooks))
+    executed = execute_notebook(notebook, cwd=course.notebooks, env=REFERENCE_ENV)
+    problems = reference_problems(executed)
+    if problems:
+        raise CourseError(f"reference notebook {assignment_id} is not clean:\n  " + "\n  ".join(problems))
+    path = course.reference_notebook(assignment_id)
+    nbformat.write(executed, path)
+    return path
+
+
+def execute_notebook(notebook: nbformat.NotebookNode, *, cwd: Path, env: dict[str, str]) -> nbformat.NotebookNode:
+    """Execute a copy of ``notebook`` in a fresh kernel started in ``cwd`` with ``env`` added.
+
+    Errors do not stop execution (they are stored as outputs); no timing
+    metadata is recorded.
+    """
+    notebook = copy.deepcopy(notebook)
+    with _environment(env):
+        client = NotebookClient(
+            notebook,
+            timeout=CELL_TIMEOUT_S,
+            kernel_name="python3",
+            allow_errors=True,
+            record_timing=False,
+            shutdown_kernel="immediate",
+            resources={"metadata": {"path": str(cwd)}},
+        )
+        client.execute()
+    return notebook
+
+
+@contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.update(env)
+    os.environ.pop("MPLBACKEND", None)  # the kernel must use the inline backend
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def reference_problems(notebook: nbformat.NotebookNode) -> list[str]:
+    """Why an executed reference notebook cannot be stored (empty when it can)."""
+    problems = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code":
+            continue
+        where = f"cell {index} ({cell.get('id', '?')})"
+        marked = any(line.strip().lstrip("#").strip() == NBVAL_RAISES for line in cell.source.splitlines())
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        if errors and not marked:
+            problems.append(f"{where} raised {errors[0].ename}: {errors[0].evalue}")
+        if marked and not errors:
+            problems.append(f"{where} is marked {NBVAL_RAISES} but raised nothing")
+        if any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs):
+            problems.append(f"{where} wrote to stderr (nbgrader scores such a test cell 0; nbval compares it)")
+    return problems

@@ -1,0 +1,72 @@
+"""``python -m autograder``: parses the command line and calls the stage."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .course import ROOT, Course, CourseError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description="Build, check and grade the PyTorch Tensors course.")
+    parser.add_argument("--course", type=Path, default=ROOT, help="course directory (default: this repository)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    build_parser = commands.add_parser("build", help="regenerate release/ and notebooks/ from source/")
+    build_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
+    commands.add_parser("check", help="list what is stale or inconsistent; exit 1 if anything is")
+    grade_parser = commands.add_parser("grade", help="grade a download of submissions with nbgrader")
+    grade_parser.add_argument("submissions", type=Path, help="folder or zip: <student_id>/<assignment_id>/<notebook>.ipynb")
+    commands.add_parser("demo", help="grade the bundled sample submissions in a scratch course directory")
+    args = parser.parse_args(argv)
+    course = Course(args.course.resolve())
+    try:
+        return COMMANDS[args.command](course, args)
+    except CourseError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _build(course: Course, args: argparse.Namespace) -> int:
+    from .build import build
+
+    for path in build(course, assignment_ids=args.assignments or None):
+        print(f"wrote {path.relative_to(course.root)}")
+    return 0
+
+
+def _check(course: Course, args: argparse.Namespace) -> int:
+    from .check import check
+
+    findings = check(course)
+    for finding in findings:
+        print(finding)
+    print(f"{len(findings)} finding(s)" if findings else "check passed: release/ and notebooks/ match source/")
+    return 1 if findings else 0
+
+
+def _grade(course: Course, args: argparse.Namespace) -> int:
+    from .grade import grade
+    from .report import table
+
+    grading = grade(course, args.submissions)
+    for ignored in grading.ignored:
+        print(f"ignored: {ignored}")
+    print(table(grading.results))
+    print(f"\ngrades: {grading.grades_csv}\nper task: {grading.task_results_csv}\nfeedback: {grading.feedback}/")
+    return 0
+
+
+def _demo(course: Course, args: argparse.Namespace) -> int:
+    from .demo import demo
+
+    result = demo(course)
+    print(result.table)
+    for mismatch in result.mismatches:
+        print(f"MISMATCH {mismatch}")
+    print("\nall sample submissions got their expected grades" if not result.mismatches else f"\n{len(result.mismatches)} mismatch(es)")
+    return 1 if result.mismatches else 0
+
+
+COMMANDS = {"build": _build, "check": _check, "grade": _grade, "demo": _demo}

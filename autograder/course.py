@@ -1,0 +1,187 @@
+"""The course directory: where things live, and what nbgrader metadata says about cells.
+
+Layout (fixed by the design; see README):
+``source/<id>/<id>.ipynb`` instructor notebooks, ``release/<id>/`` student
+notebooks, ``notebooks/<id>.ipynb`` executed reference notebooks. nbgrader's
+own state (``submitted/``, ``autograded/``, ``feedback/``, ``gradebook.db``)
+lives in the course directory too, git-ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository root, which is also the course directory."""
+
+CHECKS_MODULE = Path(__file__).resolve().parent / "checks.py"
+"""The check helpers: one file, copied (as ``checks.py``) beside every notebook."""
+
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+HIDDEN_TEST_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+MARKERS = SOLUTION_MARKERS + HIDDEN_TEST_MARKERS
+
+
+class CourseError(RuntimeError):
+    """Something the course needs is missing or broken; the message says what."""
+
+
+@dataclass(frozen=True)
+class Course:
+    """A course directory (the repository, or a scratch copy of it)."""
+
+    root: Path
+
+    @property
+    def source(self) -> Path:
+        return self.root / "source"
+
+    @property
+    def release(self) -> Path:
+        return self.root / "release"
+
+    @property
+    def notebooks(self) -> Path:
+        return self.root / "notebooks"
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.root / 'gradebook.db'}"
+
+    def assignment_ids(self) -> list[str]:
+        """Assignment ids, sorted: every ``source/<id>/`` holding ``<id>.ipynb``.
+
+        Raises:
+            CourseError: there is no source/ folder or no assignment in it.
+        """
+        if not self.source.is_dir():
+            raise CourseError(f"{self.source} does not exist: is {self.root} a course directory?")
+        ids = sorted(p.name for p in self.source.iterdir() if (p / f"{p.name}.ipynb").is_file())
+        if not ids:
+            raise CourseError(f"no assignment in {self.source} (expected source/<id>/<id>.ipynb)")
+        return ids
+
+    def source_notebook(self, assignment_id: str) -> Path:
+        return self.source / assignment_id / f"{assignment_id}.ipynb"
+
+    def release_notebook(self, assignment_id: str) -> Path:
+        return self.release / assignment_id / f"{assignment_id}.ipynb"
+
+    def reference_notebook(self, assignment_id: str) -> Path:
+        return self.notebooks / f"{assignment_id}.ipynb"
+
+
+def copy_course(course: Course, destination: Path) -> Course:
+    """A scratch course directory at ``destination``: config and source/ copied, symlinks followed."""
+    destination.mkdir(parents=True, exist_ok=True)
+    shutil.copy(course.root / "nbgrader_config.py", destination / "nbgrader_config.py")
+    shutil.copytree(course.source, destination / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    return Course(destination)
+
+
+def run_nbgrader(course: Course, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``nbgrader ARGS`` in the course directory with this interpreter; never raises on failure.
+
+    Returns the completed process (stdout and stderr captured as text).
+    """
+    command = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course.root}"]
+    # nbgrader runs the `alembic` command from PATH: use this environment's.
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+    env.pop("MPLBACKEND", None)
+    return subprocess.run(command, cwd=course.root, env=env, capture_output=True, text=True, check=False)
+
+
+def generate_assignment(course: Course, assignment_id: str, *, release_dir: Path, db_url: str) -> Path:
+    """Run ``nbgrader generate_assignment`` from source/ into ``release_dir/<id>/``, recording it in ``db_url``.
+
+    Returns the assignment folder written.
+
+    Raises:
+        CourseError: nbgrader refused (its log is quoted).
+    """
+    process = run_nbgrader(
+        course,
+        "generate_assignment",
+        assignment_id,
+        "--force",
+        f"--CourseDirectory.release_directory={release_dir}",
+        f"--CourseDirectory.db_url={db_url}",
+    )
+    if process.returncode != 0:
+        raise nbgrader_failure(process, f"nbgrader generate_assignment {assignment_id}")
+    return release_dir / assignment_id
+
+
+def nbgrader_failure(process: subprocess.CompletedProcess[str], what: str) -> CourseError:
+    """A CourseError quoting the end of nbgrader's log."""
+    tail = "\n".join((process.stdout + process.stderr).strip().splitlines()[-15:])
+    return CourseError(f"{what} failed (nbgrader exit {process.returncode}):\n{tail}")
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def nbgrader_meta(cell: nbformat.NotebookNode) -> dict:
+    """The cell's ``metadata.nbgrader`` dict (empty when it has none)."""
+    return dict(cell.get("metadata", {}).get("nbgrader", {}))
+
+
+def is_solution(cell: nbformat.NotebookNode) -> bool:
+    return bool(nbgrader_meta(cell).get("solution"))
+
+
+def is_grade(cell: nbformat.NotebookNode) -> bool:
+    return bool(nbgrader_meta(cell).get("grade"))
+
+
+def is_autograder_tests(cell: nbformat.NotebookNode) -> bool:
+    """An autograded test cell: a graded code cell that is not a solution."""
+    return cell.cell_type == "code" and is_grade(cell) and not is_solution(cell)
+
+
+def is_autograded_answer(cell: nbformat.NotebookNode) -> bool:
+    """A code cell the student fills in, graded by the tests after it."""
+    return cell.cell_type == "code" and is_solution(cell) and not is_grade(cell)
+
+
+def grade_id(cell: nbformat.NotebookNode) -> str | None:
+    return nbgrader_meta(cell).get("grade_id")
+
+
+def region_lines(source: str, markers: tuple[str, str]) -> Iterator[str]:
+    """Yield the lines of ``source`` strictly between a BEGIN and an END marker line."""
+    inside = False
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped == markers[0]:
+            inside = True
+        elif stripped == markers[1]:
+            inside = False
+        elif inside:
+            yield line
+
+
+def strip_markers(source: str) -> str:
+    """``source`` without the solution and hidden-test marker lines (their content stays)."""
+    return "\n".join(line for line in source.splitlines() if line.strip() not in MARKERS)
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """Read a notebook as nbformat 4.
+
+    Raises:
+        CourseError: the file is missing or is not a valid notebook.
+    """
+    try:
+        return nbformat.read(path, as_version=4)
+    except (OSError, ValueError) as error:  # nbformat.reader.NotJSONError is a ValueError
+        raise CourseError(f"cannot read notebook {path}: {error}") from error

@@ -1,0 +1,99 @@
+"""Stage ``grade``: a download of submissions through nbgrader's real pipeline.
+
+intake (submitted/) -> ``nbgrader generate_assignment`` into a scratch release
+folder (keeps the gradebook's grade cells in step with source/) ->
+``nbgrader autograde`` -> ``nbgrader generate_feedback`` -> ``nbgrader export``
+(grades.csv) -> per-task results (task_results.csv) from the gradebook.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import intake, report
+from .course import Course, CourseError, generate_assignment, nbgrader_failure, run_nbgrader
+
+
+@dataclass
+class Grading:
+    """What a grading run produced."""
+
+    results: list[report.SubmissionResult]
+    ignored: list[str]
+    grades_csv: Path
+    task_results_csv: Path
+    feedback: Path
+
+
+def grade(course: Course, download: Path) -> Grading:
+    """Grade every submission in ``download`` (a folder or zip, see :mod:`autograder.intake`).
+
+    Students' failures are results, not errors: a submission nbgrader cannot
+    grade is reported with status ``not graded`` and the batch goes on.
+
+    Raises:
+        CourseError: grading itself cannot run: no such download, nothing
+            gradable in it, or nbgrader cannot set up the assignment or export.
+    """
+    assignment_ids = course.assignment_ids()
+    with intake.opened(download) as folder:
+        found = intake.find_submissions(folder, assignment_ids=assignment_ids)
+        if not found.submissions:
+            problems = "\n  ".join(found.ignored[:10]) or "(no notebooks at all)"
+            raise CourseError(
+                f"no submissions in {download}: expected <student_id>/<assignment_id>/<notebook>.ipynb "
+                f"with assignment ids {', '.join(assignment_ids)}\n  {problems}"
+            )
+        for submission in found.submissions:
+            intake.place(course, submission)
+
+    logs = {}
+    for assignment_id in sorted({s.assignment_id for s in found.submissions}):
+        update_gradebook(course, assignment_id)
+        logs[assignment_id] = run_nbgrader(course, "autograde", assignment_id)
+        feedback = run_nbgrader(course, "generate_feedback", assignment_id)
+        logs[assignment_id].stdout += feedback.stdout + feedback.stderr
+
+    grades_csv = course.root / "grades.csv"
+    export = run_nbgrader(course, "export", f"--to={grades_csv}")
+    if export.returncode != 0:
+        raise nbgrader_failure(export, "nbgrader export")
+
+    results = []
+    for submission in found.submissions:
+        result = report.collect(
+            course, student_id=submission.student_id, assignment_id=submission.assignment_id, notes=submission.notes
+        )
+        if result.status != "ok":
+            log = logs[submission.assignment_id]
+            result.notes.append(_log_excerpt(log.stdout + log.stderr, submission.student_id))
+        results.append(result)
+    task_results_csv = course.root / "task_results.csv"
+    report.write_task_results(results, task_results_csv)
+    return Grading(
+        results=results,
+        ignored=found.ignored,
+        grades_csv=grades_csv,
+        task_results_csv=task_results_csv,
+        feedback=course.root / "feedback",
+    )
+
+
+def update_gradebook(course: Course, assignment_id: str) -> None:
+    """Record the assignment's grade cells (from source/) in the course gradebook.
+
+    Generates into a scratch release folder, so release/ is left as it is.
+
+    Raises:
+        CourseError: nbgrader refused (its log is quoted).
+    """
+    with tempfile.TemporaryDirectory(prefix="release-") as scratch:
+        generate_assignment(course, assignment_id, release_dir=Path(scratch), db_url=course.db_url)
+
+
+def _log_excerpt(log: str, student_id: str) -> str:
+    """nbgrader's error lines about one student (or a pointer to the log when there are none)."""
+    lines = [line.strip() for line in log.splitlines() if "ERROR" in line and student_id in line]
+    return " | ".join(lines[:3]) or "nbgrader produced no graded notebook; run `nbgrader autograde` by hand to see why"

@@ -1,0 +1,130 @@
+"""Stage ``report``: per-task results from nbgrader's gradebook, the task results CSV, the per-student table."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbgrader.api import Gradebook, MissingEntry
+
+from .course import Course, grade_id, is_grade, read_notebook
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One grade cell of one submission, as the gradebook holds it."""
+
+    grade_id: str
+    score: float
+    max_score: float
+    needs_manual_grade: bool
+
+
+@dataclass
+class SubmissionResult:
+    """One (student, assignment) of a batch.
+
+    ``status`` is ``ok`` when nbgrader graded it and ``not graded`` when it
+    could not; ``notes`` say why, and what intake changed.
+    """
+
+    student_id: str
+    assignment_id: str
+    status: str
+    notes: list[str] = field(default_factory=list)
+    tasks: list[TaskResult] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return sum(task.score for task in self.tasks)
+
+    @property
+    def max_score(self) -> float:
+        return sum(task.max_score for task in self.tasks)
+
+    @property
+    def needs_manual_grade(self) -> bool:
+        return any(task.needs_manual_grade for task in self.tasks)
+
+
+def collect(course: Course, *, student_id: str, assignment_id: str, notes: list[str]) -> SubmissionResult:
+    """Read one submission's grades from the gradebook (after nbgrader autograde ran on it)."""
+    result = SubmissionResult(student_id=student_id, assignment_id=assignment_id, status="not graded", notes=notes)
+    autograded = course.root / "autograded" / student_id / assignment_id / f"{assignment_id}.ipynb"
+    if not autograded.exists():
+        return result
+    with Gradebook(course.db_url) as gradebook:
+        try:
+            notebook = gradebook.find_submission_notebook(assignment_id, assignment_id, student_id)
+        except MissingEntry:
+            return result
+        order = [grade_id(cell) for cell in read_notebook(autograded).cells if is_grade(cell)]
+        grades = sorted(notebook.grades, key=lambda grade: order.index(grade.name) if grade.name in order else len(order))
+        result.tasks = [
+            TaskResult(
+                grade_id=grade.name,
+                score=float(grade.score),
+                max_score=float(grade.max_score),
+                needs_manual_grade=bool(grade.needs_manual_grade),
+            )
+            for grade in grades
+        ]
+    result.status = "ok"
+    return result
+
+
+TASK_COLUMNS = ["assignment", "student_id", "grade_id", "score", "max_score", "needs_manual_grade", "status", "notes"]
+
+
+def write_task_results(results: list[SubmissionResult], path: Path) -> None:
+    """Write one CSV row per (submission, grade cell); a submission nbgrader could not grade gets one row with an empty grade_id."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(TASK_COLUMNS)
+        for result in results:
+            notes = "; ".join(result.notes)
+            rows = result.tasks or [None]
+            for task in rows:
+                writer.writerow(
+                    [
+                        result.assignment_id,
+                        result.student_id,
+                        task.grade_id if task else "",
+                        f"{task.score:g}" if task else "",
+                        f"{task.max_score:g}" if task else "",
+                        str(task.needs_manual_grade).lower() if task else "",
+                        result.status,
+                        notes,
+                    ]
+                )
+
+
+def table(results: list[SubmissionResult], *, extra: dict[str, list[str]] | None = None) -> str:
+    """The per-student table: score, autograded tasks passed, manual grading pending, status.
+
+    ``extra`` adds columns: header -> one value per result, in order.
+    """
+    headers = ["student", "assignment", "score", "tasks passed", "manual", "status"]
+    rows = []
+    for result in results:
+        autograded = [task for task in result.tasks if not task.needs_manual_grade]
+        passed = sum(task.score == task.max_score for task in autograded)
+        rows.append(
+            [
+                result.student_id,
+                result.assignment_id,
+                f"{result.score:g}/{result.max_score:g}" if result.tasks else "-",
+                f"{passed}/{len(autograded)}" if result.tasks else "-",
+                "pending" if result.needs_manual_grade else "-",
+                result.status + (f" ({'; '.join(result.notes)})" if result.notes else ""),
+            ]
+        )
+    for header, values in (extra or {}).items():
+        headers.insert(-1, header)
+        for row, value in zip(rows, values):
+            row.insert(-1, value)
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [headers, *rows]]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)

@@ -1,0 +1,92 @@
+"""Sample submissions: the reference, the unchanged release, and realistic wrong answers.
+
+Wrong answers live in ``tests/submissions/<assignment_id>.toml``, one
+``[[wrong_answer]]`` table each::
+
+    name = "one_hot_int64"                 # what it shows; the student id is wrong_<name>
+    cell = "task_1_1_one_hot_solution"     # grade_id of the solution cell it replaces
+    loses = ["task_1_1_one_hot"]           # test cells that must score 0; every other keeps full marks
+    mistake = "why a student writes this, and why it is wrong"
+    source = '''def one_hot(...): ...'''    # the cell's whole new source
+
+Submissions are composed from the release notebook (what a student starts
+from) with solution cells filled in from source/, so they never go stale.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from .course import ROOT, Course, CourseError, grade_id, is_autograder_tests, is_grade, is_solution, read_notebook, strip_markers
+
+SAMPLES_DIR = ROOT / "tests" / "submissions"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A submission with the score every grade cell must get."""
+
+    student_id: str
+    assignment_id: str
+    notebook: nbformat.NotebookNode
+    expected: dict[str, float]
+    """grade_id -> expected score (manually graded answers: 0 until an instructor grades them)."""
+
+    @property
+    def expected_total(self) -> float:
+        return sum(self.expected.values())
+
+
+def samples(course: Course, assignment_id: str) -> list[Sample]:
+    """The sample submissions of one assignment.
+
+    Raises:
+        CourseError: a wrong answer names a cell or test the notebook lacks.
+    """
+    source = read_notebook(course.source_notebook(assignment_id))
+    release = read_notebook(course.release_notebook(assignment_id))
+    solutions = {grade_id(cell): strip_markers(cell.source) for cell in source.cells if is_solution(cell)}
+    reference = copy.deepcopy(release)
+    for cell in reference.cells:
+        if is_solution(cell):
+            cell.source = solutions[grade_id(cell)]
+    points = {grade_id(c): float(c.metadata["nbgrader"]["points"]) for c in source.cells if is_autograder_tests(c)}
+    manual = {grade_id(c): 0.0 for c in source.cells if is_grade(c) and is_solution(c)}
+    found = [
+        Sample("reference", assignment_id, reference, {**points, **manual}),
+        Sample("unchanged_release", assignment_id, release, {**{k: 0.0 for k in points}, **manual}),
+    ]
+    for wrong in wrong_answers(assignment_id):
+        unknown = [name for name in wrong["loses"] if name not in points]
+        if wrong["cell"] not in solutions or unknown:
+            raise CourseError(f"wrong answer {wrong['name']!r} of {assignment_id} names unknown cells: {wrong['cell']!r} {unknown}")
+        notebook = copy.deepcopy(reference)
+        for cell in notebook.cells:
+            if grade_id(cell) == wrong["cell"]:
+                cell.source = wrong["source"].strip("\n")
+        expected = {name: (0.0 if name in wrong["loses"] else score) for name, score in points.items()}
+        found.append(Sample(f"wrong_{wrong['name']}", assignment_id, notebook, {**expected, **manual}))
+    return found
+
+
+def wrong_answers(assignment_id: str) -> list[dict]:
+    """The ``[[wrong_answer]]`` tables of ``tests/submissions/<assignment_id>.toml`` (none if it does not exist)."""
+    path = SAMPLES_DIR / f"{assignment_id}.toml"
+    if not path.exists():
+        return []
+    with path.open("rb") as handle:
+        return tomllib.load(handle).get("wrong_answer", [])
+
+
+def write_download(found: list[Sample], folder: Path) -> Path:
+    """Write samples as an LMS-style download: ``folder/<student_id>/<assignment_id>/<assignment_id>.ipynb``."""
+    for sample in found:
+        path = folder / sample.student_id / sample.assignment_id / f"{sample.assignment_id}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(sample.notebook, path)
+    return folder
