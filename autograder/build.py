@@ -95,6 +95,7 @@ def execute_notebook(notebook: nbformat.NotebookNode, *, cwd: Path, env: dict[st
             allow_errors=True,
             record_timing=False,
             shutdown_kernel="immediate",
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],  # not the kernel's TCP warning on our stderr
             resources={"metadata": {"path": str(cwd)}},
         )
         client.execute()

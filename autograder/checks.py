@@ -107,6 +107,8 @@ def encode_value(value: Any) -> Any:
     """
     if value is None or isinstance(value, (bool, str)):
         return value
+    if isinstance(value, np.bool_):
+        return bool(value)
     if isinstance(value, (int, np.integer)):
         return int(value)
     if isinstance(value, (float, np.floating)):
@@ -293,14 +295,17 @@ def check_close(
     ``rtol``/``atol`` PyTorch's defaults for the dtype apply, e.g. float32
     rtol 1.3e-6, atol 1e-5; float64 rtol 1e-7, atol 1e-7 (PyTorch docs,
     ``torch.testing.assert_close``). NumPy arrays and Python numbers are
-    accepted on either side.
+    accepted on either side, and ``expected`` may be a (nested) list.
 
     Raises:
+        TypeError: ``expected`` is none of these (a mistake in the test).
         AssertionError: shapes, dtypes or devices differ, or some value is
             further from the expected one than ``atol + rtol * |expected|``.
     """
     actual_t = _as_tensor(actual)
-    expected_t = _as_tensor(expected)
+    expected_t = _as_tensor(expected) if not isinstance(expected, (list, tuple)) else torch.tensor(expected)
+    if expected_t is None:
+        raise TypeError(f"check_close: expected must be a tensor, array, number or list, not {type(expected).__name__}")
     if rtol is None or atol is None:
         default_rtol, default_atol = _default_tolerances(expected_t)
         rtol = default_rtol if rtol is None else rtol
@@ -382,15 +387,22 @@ def shares_memory(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) ->
     addressable element, computed from data pointer, shape, strides and
     element size, so a view into another tensor's storage shares memory with
     it, and two disjoint slices of one storage do not. Empty tensors share
-    nothing.
+    nothing, and neither do tensors on different devices (NumPy arrays live
+    on the CPU).
 
     Raises:
         TypeError: an argument is neither a tensor nor a NumPy array.
     """
+    if _device_of(a) != _device_of(b):
+        return False
     span_a, span_b = _byte_extent(a), _byte_extent(b)
     if span_a is None or span_b is None:
         return False
     return span_a[0] < span_b[1] and span_b[0] < span_a[1]
+
+
+def _device_of(x: torch.Tensor | np.ndarray) -> torch.device:
+    return x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
 
 
 def _byte_extent(x: torch.Tensor | np.ndarray) -> tuple[int, int] | None:

@@ -183,5 +183,5 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
     """
     try:
         return nbformat.read(path, as_version=4)
-    except (OSError, ValueError) as error:  # nbformat.reader.NotJSONError is a ValueError
+    except (OSError, ValueError, nbformat.ValidationError) as error:  # NotJSONError is a ValueError
         raise CourseError(f"cannot read notebook {path}: {error}") from error

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+import nbformat
+
 from .course import Course, CourseError
 
 IGNORED_PARTS = {".ipynb_checkpoints", "__MACOSX", "__pycache__"}
@@ -97,6 +99,7 @@ def place(course: Course, submission: Submission) -> Path:
 
     The notebook is named ``<assignment_id>.ipynb`` (renamed with a note if
     it was the folder's only notebook under another name), and
+    a notebook nbformat cannot read is noted (nbgrader will not grade it), and
     ``timestamp.txt`` records when it arrived unless the download has one.
     The previous autograded/ and feedback/ copies of this submission are
     removed, so nbgrader grades exactly the new work; grades kept in the
@@ -114,6 +117,11 @@ def place(course: Course, submission: Submission) -> Path:
     elif not expected.exists():
         names = ", ".join(p.name for p in notebooks)
         submission.notes.append(f"no {expected.name} among the notebooks submitted ({names})")
+    if expected.exists():
+        try:
+            nbformat.read(expected, as_version=4)
+        except (OSError, ValueError, nbformat.ValidationError) as error:  # NotJSONError and UnicodeDecodeError are ValueErrors
+            submission.notes.append(f"{expected.name} is not a readable notebook ({type(error).__name__}: {error})"[:300])
     timestamp = destination / "timestamp.txt"
     if not timestamp.exists():
         timestamp.write_text(datetime.datetime.now(datetime.timezone.utc).strftime(TIMESTAMP_FORMAT))

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The course's one test command (README; .ci/run calls it):
+#   1. python -m autograder check   (release/ and notebooks/ match source/, no leaks, sane grade cells)
+#   2. pytest: the autograder's unit tests, the sample submissions graded through
+#      nbgrader's real pipeline, and nbval in strict mode on notebooks/*.ipynb.
+# nbval policy: outputs are compared after tests/nbval_sanitize.cfg; check records
+# (compared by the grader, with tolerances) are skipped; stderr is compared like any
+# output, so a reference notebook that starts writing to stderr fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-.venv/bin/python}
+if [ ! -x "$python" ]; then
+  echo "no virtual environment: python3.11 -m venv .venv && .venv/bin/pip install -r requirements.txt" >&2
+  exit 2
+fi
+
+unset MPLBACKEND                      # the kernels must use matplotlib's inline backend
+export COURSE_DEVICE=${COURSE_DEVICE:-cpu} PYTHONHASHSEED=0
+export PYTHONPATH="$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
+
+"$python" -m autograder check
+exec "$python" -m pytest tests notebooks -p nbval_policy \
+  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+  --nbval-cell-timeout=300 -ra "$@"

@@ -1,0 +1,154 @@
+"""The check helpers: what they accept, what they refuse, what they record, and that they stay off stderr."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from autograder import checks
+from autograder.checks import (
+    check_close,
+    check_device,
+    check_dtype,
+    check_equal,
+    check_raises,
+    check_shape,
+    check_shares_memory,
+    default_device,
+    encode_value,
+    shares_memory,
+)
+
+
+@pytest.fixture(autouse=True)
+def fresh_records():
+    checks.records.clear()
+    yield
+    checks.records.clear()
+
+
+def test_passing_checks_record_their_values_in_order():
+    x = torch.arange(6.0).reshape(2, 3)
+    check_shape(x, (2, 3), label="shape of x")
+    check_dtype(x, torch.float32, label="dtype of x")
+    check_close(x, x + 1e-7, label="x close", rtol=0, atol=1e-6)
+    assert [r["check"] for r in checks.records] == ["shape", "dtype", "close"]
+    assert checks.records[0] == {"version": 1, "check": "shape", "label": "shape of x", "value": [2, 3], "rule": {"kind": "exact"}}
+    assert checks.records[2]["rule"] == {"kind": "close", "rtol": 0, "atol": 1e-6}
+    assert checks.records[2]["value"]["tensor"]["data"] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    json.dumps(checks.records, allow_nan=False)  # records are strict JSON
+
+
+def test_failures_name_the_label_and_what_differs():
+    x = torch.zeros(2, 3, dtype=torch.int64)
+    with pytest.raises(AssertionError, match=r"^one_hot\(\.\.\.\): expected dtype torch.float32, got torch.int64$"):
+        check_dtype(x, torch.float32, label="one_hot(...)")
+    with pytest.raises(AssertionError, match=r"expected shape \(3, 2\), got \(2, 3\)"):
+        check_shape(x, (3, 2), label="s")
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 / 2"):
+        check_close(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]), label="v")
+    # the failing value is recorded too, so a later stage sees what the student produced
+    assert checks.records[-1]["value"]["tensor"]["data"] == [1.0, 2.0]
+
+
+def test_check_close_uses_pytorch_default_tolerances_per_dtype():
+    check_close(torch.tensor([1.0]), torch.tensor([1.0 + 1e-6]), label="within float32 rtol")
+    with pytest.raises(AssertionError):
+        check_close(torch.tensor([1.0], dtype=torch.float64), torch.tensor([1.0 + 1e-6], dtype=torch.float64), label="f64")
+    with pytest.raises(AssertionError, match="dtype"):
+        check_close(torch.tensor([1.0]), torch.tensor([1.0], dtype=torch.float64), label="dtypes differ")
+    check_close(torch.tensor([1.0]), np.array([1.0], dtype=np.float32), label="numpy expected")
+    with pytest.raises(AssertionError, match="got a str"):
+        check_close("1.0", 1.0, label="not a number")
+
+
+def test_check_equal_is_strict_about_types():
+    check_equal((2, 3), (2, 3), label="tuple")
+    with pytest.raises(AssertionError, match="expected a tuple, got a list"):
+        check_equal([2, 3], (2, 3), label="list for tuple")
+    with pytest.raises(AssertionError, match="expected a int, got a bool"):
+        check_equal(True, 1, label="bool for int")
+    with pytest.raises(AssertionError, match="expected a torch.float32 tensor of shape"):
+        check_equal(torch.tensor([1, 2]), torch.tensor([1.0, 2.0]), label="int tensor")
+    with pytest.raises(AssertionError, match="1 of 2 values differ"):
+        check_equal(torch.tensor([1, 2]), torch.tensor([1, 3]), label="values")
+
+
+def test_check_device_matches_type_and_optional_index():
+    check_device(torch.zeros(1), "cpu", label="cpu")
+    with pytest.raises(AssertionError, match="expected a tensor on cuda, got one on cpu"):
+        check_device(torch.zeros(1), "cuda", label="moved?")
+    with pytest.raises(AssertionError, match="got a list"):
+        check_device([0.0], "cpu", label="not a tensor")
+
+
+def test_check_raises_records_the_exception_type():
+    with check_raises(ValueError, label="bad label", match="outside"):
+        raise ValueError("label 5 is outside [0, 3)")
+    assert checks.records[-1]["value"] == {"exception": "ValueError"}
+    with pytest.raises(AssertionError, match="expected ValueError, but nothing was raised"):
+        with check_raises(ValueError, label="nothing"):
+            pass
+    with pytest.raises(AssertionError, match="expected ValueError, but TypeError was raised"):
+        with check_raises(ValueError, label="other"):
+            raise TypeError("no")
+    with pytest.raises(AssertionError, match="lacks 'outside'"):
+        with check_raises(ValueError, label="message", match="outside"):
+            raise ValueError("bad")
+
+
+def test_shares_memory_follows_views_and_copies():
+    base = torch.arange(12.0).reshape(3, 4)
+    assert shares_memory(base[1:, ::2], base)
+    assert shares_memory(base.t(), base)
+    assert not shares_memory(base.clone(), base)
+    assert not shares_memory(base[0], base[1])  # disjoint rows of one storage
+    assert not shares_memory(base[:0], base)  # empty tensors share nothing
+    array = np.arange(5.0)
+    assert shares_memory(torch.from_numpy(array), array)
+    assert shares_memory(array[::-1], array)
+    assert not shares_memory(torch.tensor(array), array)
+    check_shares_memory(base[1:], base, label="view")
+    with pytest.raises(AssertionError, match="must be a view"):
+        check_shares_memory(base.clone(), base, label="copy")
+    with pytest.raises(AssertionError, match="must be a copy"):
+        check_shares_memory(base[1:], base, label="copy wanted", expected=False)
+    with pytest.raises(TypeError):
+        shares_memory([1.0], base)
+
+
+def test_encode_value_covers_the_documented_types():
+    assert encode_value(float("nan")) == {"float": "nan"}
+    assert encode_value(torch.float16) == {"dtype": "torch.float16"}
+    assert encode_value(torch.device("cpu")) == {"device": "cpu"}
+    assert encode_value(np.int64(3)) == 3
+    encoded = encode_value(torch.tensor([1.5, float("-inf")], dtype=torch.bfloat16))
+    assert encoded == {"tensor": {"dtype": "torch.bfloat16", "shape": [2], "device": "cpu", "data": [1.5, {"float": "-inf"}]}}
+    assert encode_value(torch.tensor([1 + 2j]))["tensor"]["data"] == [[1.0, 2.0]]
+    assert encode_value(torch.zeros(checks.MAX_RECORDED_ELEMENTS + 1))["tensor"]["data"] is None
+    assert encode_value(object()) == {"type": "object"}
+
+
+def test_checks_write_nothing_to_stderr(capfd):
+    with pytest.raises(AssertionError):
+        check_close(torch.ones(2), torch.zeros(2), label="x")
+    check_equal(1, 1, label="y")
+    assert capfd.readouterr().err == ""
+
+
+def test_default_device_honours_course_device(monkeypatch):
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    assert default_device() == torch.device("cpu")
+    monkeypatch.setenv("COURSE_DEVICE", "tpu9")
+    with pytest.raises(ValueError, match="not a device"):
+        default_device()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("COURSE_DEVICE", "cuda")
+    with pytest.raises(RuntimeError, match="no cuda device"):
+        default_device()
+    monkeypatch.delenv("COURSE_DEVICE")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert default_device() == torch.device("mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_device() == torch.device("cuda")

@@ -1,0 +1,77 @@
+"""Reading an LMS download: folders, zips, wrappers, strays and hostile zip members."""
+
+import zipfile
+
+import nbformat
+import pytest
+
+from autograder.course import Course, CourseError
+from autograder.intake import find_submissions, opened, place
+
+IDS = ["01_tensors", "02_strides"]
+
+
+def make_download(root, files):
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_finds_students_at_any_depth_and_reports_strays(tmp_path):
+    download = make_download(
+        tmp_path,
+        {
+            "export-2026/alice/01_tensors/01_tensors.ipynb": "{}",
+            "export-2026/alice/01_tensors/data.csv": "1,2",
+            "export-2026/bob/02_strides/02_strides.ipynb": "{}",
+            "export-2026/bob/02_strides/.ipynb_checkpoints/02_strides-checkpoint.ipynb": "{}",
+            "export-2026/carol/homework/01_tensors.ipynb": "{}",
+            "stray.ipynb": "{}",
+        },
+    )
+    found = find_submissions(download, assignment_ids=IDS)
+    assert [(s.student_id, s.assignment_id) for s in found.submissions] == [("alice", "01_tensors"), ("bob", "02_strides")]
+    assert len(found.ignored) == 2
+    assert any("carol/homework" in line for line in found.ignored)
+
+
+def test_zip_is_extracted_and_escaping_members_refused(tmp_path):
+    archive = tmp_path / "download.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("alice/01_tensors/01_tensors.ipynb", "{}")
+    with opened(archive) as folder:
+        assert [s.student_id for s in find_submissions(folder, assignment_ids=IDS).submissions] == ["alice"]
+    hostile = tmp_path / "hostile.zip"
+    with zipfile.ZipFile(hostile, "w") as handle:
+        handle.writestr("../../evil/01_tensors/01_tensors.ipynb", "{}")
+    with pytest.raises(CourseError, match="outside its folder"):
+        with opened(hostile):
+            pass
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(CourseError, match="neither a folder nor a zip"):
+        with opened(tmp_path / "notes.txt"):
+            pass
+    with pytest.raises(CourseError, match="does not exist"):
+        with opened(tmp_path / "missing"):
+            pass
+
+
+def test_place_renames_a_lone_notebook_and_clears_old_results(tmp_path):
+    course = Course(tmp_path / "course")
+    download = make_download(tmp_path / "download", {"alice/01_tensors/01_tensors (1).ipynb": nbformat.writes(nbformat.v4.new_notebook())})
+    stale = course.root / "autograded" / "alice" / "01_tensors"
+    stale.mkdir(parents=True)
+    submission = find_submissions(download, assignment_ids=IDS).submissions[0]
+    placed = place(course, submission)
+    assert sorted(p.name for p in placed.iterdir()) == ["01_tensors.ipynb", "timestamp.txt"]
+    assert submission.notes == ["notebook '01_tensors (1).ipynb' renamed to '01_tensors.ipynb'"]
+    assert not stale.exists()
+
+
+def test_place_notes_a_notebook_nbformat_cannot_read(tmp_path):
+    download = make_download(tmp_path / "download", {"bea/01_tensors/01_tensors.ipynb": '{"cells": ['})
+    submission = find_submissions(download, assignment_ids=IDS).submissions[0]
+    place(Course(tmp_path / "course"), submission)
+    assert submission.notes[0].startswith("01_tensors.ipynb is not a readable notebook (NotJSONError")
