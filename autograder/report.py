@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 
-from .course import Course, grade_id, is_grade, read_notebook
+from .course import Course, grade_id, is_autograder_tests, is_grade, read_notebook
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,8 @@ class TaskResult:
     grade_id: str
     score: float
     max_score: float
+    autograded: bool
+    """True for autograder-tests cells, False for answers an instructor grades by hand."""
     needs_manual_grade: bool
 
 
@@ -51,21 +53,23 @@ class SubmissionResult:
 def collect(course: Course, *, student_id: str, assignment_id: str, notes: list[str]) -> SubmissionResult:
     """Read one submission's grades from the gradebook (after nbgrader autograde ran on it)."""
     result = SubmissionResult(student_id=student_id, assignment_id=assignment_id, status="not graded", notes=notes)
-    autograded = course.root / "autograded" / student_id / assignment_id / f"{assignment_id}.ipynb"
-    if not autograded.exists():
+    autograded_path = course.root / "autograded" / student_id / assignment_id / f"{assignment_id}.ipynb"
+    if not autograded_path.exists():
         return result
     with Gradebook(course.db_url) as gradebook:
         try:
             notebook = gradebook.find_submission_notebook(assignment_id, assignment_id, student_id)
         except MissingEntry:
             return result
-        order = [grade_id(cell) for cell in read_notebook(autograded).cells if is_grade(cell)]
+        cells = {grade_id(cell): cell for cell in read_notebook(autograded_path).cells if is_grade(cell)}
+        order = list(cells)
         grades = sorted(notebook.grades, key=lambda grade: order.index(grade.name) if grade.name in order else len(order))
         result.tasks = [
             TaskResult(
                 grade_id=grade.name,
                 score=float(grade.score),
                 max_score=float(grade.max_score),
+                autograded=grade.name in cells and is_autograder_tests(cells[grade.name]),
                 needs_manual_grade=bool(grade.needs_manual_grade),
             )
             for grade in grades
@@ -74,7 +78,9 @@ def collect(course: Course, *, student_id: str, assignment_id: str, notes: list[
     return result
 
 
-TASK_COLUMNS = ["assignment", "student_id", "grade_id", "score", "max_score", "needs_manual_grade", "status", "notes"]
+TASK_COLUMNS = [
+    "assignment", "student_id", "grade_id", "kind", "score", "max_score", "needs_manual_grade", "status", "notes",
+]
 
 
 def write_task_results(results: list[SubmissionResult], path: Path) -> None:
@@ -91,6 +97,7 @@ def write_task_results(results: list[SubmissionResult], path: Path) -> None:
                         result.assignment_id,
                         result.student_id,
                         task.grade_id if task else "",
+                        ("autograded" if task.autograded else "manual") if task else "",
                         f"{task.score:g}" if task else "",
                         f"{task.max_score:g}" if task else "",
                         str(task.needs_manual_grade).lower() if task else "",
@@ -108,7 +115,7 @@ def table(results: list[SubmissionResult], *, extra: dict[str, list[str]] | None
     headers = ["student", "assignment", "score", "tasks passed", "manual", "status"]
     rows = []
     for result in results:
-        autograded = [task for task in result.tasks if not task.needs_manual_grade]
+        autograded = [task for task in result.tasks if task.autograded]
         passed = sum(task.score == task.max_score for task in autograded)
         rows.append(
             [

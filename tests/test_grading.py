@@ -2,11 +2,14 @@
 
 import csv
 import filecmp
+from dataclasses import replace
+
+from nbgrader.api import Gradebook
 
 from autograder.build import build
-from autograder.course import ROOT
+from autograder.course import ROOT, grade_id, is_grade, is_solution
 from autograder.demo import demo
-from autograder.samples import samples
+from autograder.samples import samples, write_download
 
 
 def test_rebuild_leaves_release_and_notebooks_unchanged(course_copy):
@@ -27,39 +30,40 @@ def test_every_sample_submission_gets_its_expected_grade(course_copy):
     assert len(wrong) >= 4 * len(course_copy.assignment_ids())
 
 
-def test_grade_reports_each_student_and_goes_on_after_a_broken_notebook(course_copy, cli, tmp_path):
+def test_grade_reports_each_student_goes_on_after_a_broken_notebook_and_keeps_manual_grades(course_copy, cli, tmp_path):
     assignment_id = course_copy.assignment_ids()[0]
     reference = next(s for s in samples(course_copy, assignment_id) if s.student_id == "reference")
-    good = tmp_path / "download" / "ada" / assignment_id / f"{assignment_id}.ipynb"
-    good.parent.mkdir(parents=True)
-    good.write_text(__import__("nbformat").writes(reference.notebook))
-    broken = tmp_path / "download" / "bea" / assignment_id / f"{assignment_id}.ipynb"
+    download = write_download([replace(reference, student_id="ada")], tmp_path / "download")
+    broken = download / "bea" / assignment_id / f"{assignment_id}.ipynb"
     broken.parent.mkdir(parents=True)
     broken.write_text('{"cells": [')
+    max_score = sum(float(c.metadata["nbgrader"]["points"]) for c in reference.notebook.cells if is_grade(c))
 
-    process = cli("--course", str(course_copy.root), "grade", str(tmp_path / "download"))
+    process = cli("--course", str(course_copy.root), "grade", str(download))
     assert process.returncode == 0, process.stderr
-    rows = {row[0]: row for row in (line.split() for line in process.stdout.splitlines()[2:4])}
-    assert rows["ada"][2] == f"{reference.expected_total:g}/{sum_max(reference):g}"
-    assert "not graded" in process.stdout and "not a readable notebook" in process.stdout
-
+    rows = {line.split()[0]: line for line in process.stdout.splitlines()[2:4]}
+    assert rows["ada"].split()[2] == f"{reference.expected_total:g}/{max_score:g}"
+    assert "not graded" in rows["bea"] and "not a readable notebook" in rows["bea"]
     with (course_copy.root / "grades.csv").open() as handle:
         grades = {row["student_id"]: row for row in csv.DictReader(handle)}
     assert float(grades["ada"]["score"]) == reference.expected_total
-    with (course_copy.root / "task_results.csv").open() as handle:
-        tasks = [row for row in csv.DictReader(handle) if row["student_id"] == "ada"]
-    assert {row["grade_id"]: float(row["score"]) for row in tasks} == reference.expected
+    assert {row["grade_id"]: float(row["score"]) for row in task_rows(course_copy, "ada")} == reference.expected
     assert (course_copy.root / "feedback" / "ada" / assignment_id / f"{assignment_id}.html").exists()
 
+    # An instructor grades the written answer in formgrader; re-grading the same download keeps that grade.
+    manual = next(c for c in reference.notebook.cells if is_grade(c) and is_solution(c))
+    with Gradebook(course_copy.db_url) as gradebook:
+        gradebook.find_grade(grade_id(manual), assignment_id, assignment_id, "ada").manual_score = 1.5
+        gradebook.db.commit()
+    again = cli("--course", str(course_copy.root), "grade", str(download))
+    assert again.returncode == 0, again.stderr
+    scores = {row["grade_id"]: float(row["score"]) for row in task_rows(course_copy, "ada")}
+    assert scores == {**reference.expected, grade_id(manual): 1.5}
 
-def sum_max(sample):
-    return sum(points for points in sample_max_points(sample).values())
 
-
-def sample_max_points(sample):
-    from autograder.course import is_grade, grade_id
-
-    return {grade_id(c): float(c.metadata["nbgrader"]["points"]) for c in sample.notebook.cells if is_grade(c)}
+def task_rows(course, student_id):
+    with (course.root / "task_results.csv").open() as handle:
+        return [row for row in csv.DictReader(handle) if row["student_id"] == student_id]
 
 
 def test_grade_fails_clearly_when_it_cannot_run(cli, tmp_path):
