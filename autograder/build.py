@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
 from .course import CHECKS_MODULE, Course, CourseError, generate_assignment, strip_markers
 
@@ -84,7 +85,8 @@ def execute_notebook(notebook: nbformat.NotebookNode, *, cwd: Path, env: dict[st
     """Execute a copy of ``notebook`` in a fresh kernel started in ``cwd`` with ``env`` added.
 
     Errors do not stop execution (they are stored as outputs); no timing
-    metadata is recorded.
+    metadata is recorded; consecutive stream outputs are merged, since how
+    the kernel happens to flush stdout must not change the stored notebook.
     """
     notebook = copy.deepcopy(notebook)
     with _environment(env):
@@ -99,6 +101,7 @@ def execute_notebook(notebook: nbformat.NotebookNode, *, cwd: Path, env: dict[st
             resources={"metadata": {"path": str(cwd)}},
         )
         client.execute()
+    notebook, _ = CoalesceStreamsPreprocessor().preprocess(notebook, {})
     return notebook
 
 
