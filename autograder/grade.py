@@ -16,6 +16,10 @@ from . import intake, report
 from .course import Course, CourseError, generate_assignment, nbgrader_failure, run_nbgrader
 
 
+PER_SUBMISSION_ERROR = "There was an error processing assignment"
+"""How nbgrader's log starts the report of a submission it skipped (it goes on with the others)."""
+
+
 @dataclass
 class Grading:
     """What a grading run produced."""
@@ -35,7 +39,8 @@ def grade(course: Course, download: Path) -> Grading:
 
     Raises:
         CourseError: grading itself cannot run: no such download, nothing
-            gradable in it, or nbgrader cannot set up the assignment or export.
+            gradable in it, or nbgrader cannot set up the assignment, fails
+            other than on single submissions, or cannot export.
     """
     assignment_ids = course.assignment_ids()
     with intake.opened(download) as folder:
@@ -52,9 +57,11 @@ def grade(course: Course, download: Path) -> Grading:
     logs = {}
     for assignment_id in sorted({s.assignment_id for s in found.submissions}):
         update_gradebook(course, assignment_id)
-        logs[assignment_id] = run_nbgrader(course, "autograde", assignment_id)
+        autograde = run_nbgrader(course, "autograde", assignment_id)
+        if autograde.returncode != 0 and PER_SUBMISSION_ERROR not in autograde.stdout + autograde.stderr:
+            raise nbgrader_failure(autograde, f"nbgrader autograde {assignment_id}")
         feedback = run_nbgrader(course, "generate_feedback", assignment_id)
-        logs[assignment_id].stdout += feedback.stdout + feedback.stderr
+        logs[assignment_id] = autograde.stdout + autograde.stderr + feedback.stdout + feedback.stderr
 
     grades_csv = course.root / "grades.csv"
     export = run_nbgrader(course, "export", f"--to={grades_csv}")
@@ -67,8 +74,7 @@ def grade(course: Course, download: Path) -> Grading:
             course, student_id=submission.student_id, assignment_id=submission.assignment_id, notes=submission.notes
         )
         if result.status != "ok":
-            log = logs[submission.assignment_id]
-            result.notes.append(_log_excerpt(log.stdout + log.stderr, submission.student_id))
+            result.notes.append(_log_excerpt(logs[submission.assignment_id], submission.student_id))
         results.append(result)
     task_results_csv = course.root / "task_results.csv"
     report.write_task_results(results, task_results_csv)
