@@ -38,8 +38,9 @@ def build(course: Course, *, assignment_ids: list[str] | None = None) -> list[Pa
     """
     written = []
     for assignment_id in assignment_ids or course.assignment_ids():
+        reference = executed_reference(course, assignment_id)  # first: a broken reference changes nothing
         written.append(generate_release(course, assignment_id, destination=course.release))
-        written.append(write_reference(course, assignment_id))
+        written.append(write_reference(course, assignment_id, reference))
     return written
 
 
@@ -61,21 +62,25 @@ def reference_cells(course: Course, assignment_id: str) -> nbformat.NotebookNode
     return notebook
 
 
-def write_reference(course: Course, assignment_id: str) -> Path:
-    """Execute the reference notebook in notebooks/ and store it with its outputs.
+def executed_reference(course: Course, assignment_id: str) -> nbformat.NotebookNode:
+    """Execute the reference notebook in notebooks/ (links ``notebooks/checks.py`` to the helpers first).
 
     Raises:
         CourseError: see :func:`build`.
     """
-    notebook = reference_cells(course, assignment_id)
     course.notebooks.mkdir(exist_ok=True)
     link = course.notebooks / "checks.py"
     if not link.exists():
         link.symlink_to(os.path.relpath(CHECKS_MODULE, course.notebooks))
-    executed = execute_notebook(notebook, cwd=course.notebooks, env=REFERENCE_ENV)
+    executed = execute_notebook(reference_cells(course, assignment_id), cwd=course.notebooks, env=REFERENCE_ENV)
     problems = reference_problems(executed)
     if problems:
         raise CourseError(f"reference notebook {assignment_id} is not clean:\n  " + "\n  ".join(problems))
+    return executed
+
+
+def write_reference(course: Course, assignment_id: str, executed: nbformat.NotebookNode) -> Path:
+    """Store an executed reference notebook as notebooks/<id>.ipynb."""
     path = course.reference_notebook(assignment_id)
     nbformat.write(executed, path)
     return path

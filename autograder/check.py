@@ -3,8 +3,9 @@
 Findings: release/ or notebooks/ stale against source/ (compared ignoring
 cell ids, outputs and execution metadata), a release notebook holding
 solution code, hidden tests or their markers, a reference notebook not fully
-executed or with stderr, a grade cell without points, repeated grade_ids, and
-a solution code cell with no autograder-tests cell after it.
+executed or with stderr, a grade cell without points, repeated grade_ids, a
+solution code cell with no autograder-tests cell after it, and a solution or
+autograder-tests cell without its BEGIN SOLUTION / BEGIN HIDDEN TESTS markers.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def check(course: Course) -> list[str]:
 
 
 def source_findings(notebook: nbformat.NotebookNode) -> list[str]:
-    """Grade cells without points, repeated grade_ids, solution cells with no tests after them."""
+    """Grade cells without points, repeated grade_ids, solution cells with no tests after them,
+    and cells whose solution or hidden tests are not marked (nbgrader would then release them)."""
     findings = []
     seen: dict[str, int] = {}
     for index, cell in enumerate(notebook.cells):
@@ -56,6 +58,10 @@ def source_findings(notebook: nbformat.NotebookNode) -> list[str]:
             points = cell.metadata["nbgrader"].get("points")
             if not isinstance(points, (int, float)) or points <= 0:
                 findings.append(f"grade cell {cell_id!r} (cell {index}) has no points")
+        if is_autograder_tests(cell) and HIDDEN_TEST_MARKERS[0] not in cell.source:
+            findings.append(f"autograder-tests cell {cell_id!r} (cell {index}) has no {HIDDEN_TEST_MARKERS[0]} section")
+        if is_autograded_answer(cell) and SOLUTION_MARKERS[0] not in cell.source:
+            findings.append(f"solution cell {cell_id!r} (cell {index}) has no {SOLUTION_MARKERS[0]} region")
         if is_autograded_answer(cell):
             following = next((c for c in notebook.cells[index + 1 :] if c.cell_type == "code"), None)
             if following is None or not is_autograder_tests(following):

@@ -54,6 +54,10 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
     for ignored in grading.ignored:
         print(f"ignored: {ignored}")
     print(table(grading.results))
+    not_graded = [r.student_id for r in grading.results if r.status != "ok"]
+    if not_graded:
+        print(f"\n{len(not_graded)} submission(s) not graded ({', '.join(not_graded)}): grades.csv shows them as 0; "
+              "task_results.csv says why")
     print(f"\ngrades: {grading.grades_csv}\nper task: {grading.task_results_csv}\nfeedback: {grading.feedback}/")
     return 0
 

@@ -74,7 +74,8 @@ def grade(course: Course, download: Path) -> Grading:
             course, student_id=submission.student_id, assignment_id=submission.assignment_id, notes=submission.notes
         )
         if result.status != "ok":
-            result.notes.append(_log_excerpt(logs[submission.assignment_id], submission.student_id))
+            submitted = course.root / "submitted" / submission.student_id / submission.assignment_id
+            result.notes.append(_log_excerpt(logs[submission.assignment_id], submitted))
         results.append(result)
     task_results_csv = course.root / "task_results.csv"
     report.write_task_results(results, task_results_csv)
@@ -99,7 +100,18 @@ def update_gradebook(course: Course, assignment_id: str) -> None:
         generate_assignment(course, assignment_id, release_dir=Path(scratch), db_url=course.db_url)
 
 
-def _log_excerpt(log: str, student_id: str) -> str:
-    """nbgrader's error lines about one student (or a pointer to the log when there are none)."""
-    lines = [line.strip() for line in log.splitlines() if "ERROR" in line and student_id in line]
-    return " | ".join(lines[:3]) or "nbgrader produced no graded notebook; run `nbgrader autograde` by hand to see why"
+def _log_excerpt(log: str, submitted: Path) -> str:
+    """The exception nbgrader's log reports for one submission folder (or a pointer to the log)."""
+    lines = log.splitlines()
+    marker = f"{PER_SUBMISSION_ERROR}: {submitted}"
+    for start, line in enumerate(lines):
+        if line.rstrip().endswith(marker):
+            block = []
+            for following in lines[start + 1 :]:
+                if following.startswith("[") and "Traceback" not in following:
+                    break
+                block.append(following.strip())
+            reasons = [text for text in block if text]
+            if reasons:
+                return f"nbgrader: {reasons[-1]}"
+    return "nbgrader produced no graded notebook; run `nbgrader autograde` by hand to see why"

@@ -8,7 +8,6 @@ reported, never silently graded.
 
 from __future__ import annotations
 
-import datetime
 import shutil
 import tempfile
 import zipfile
@@ -22,7 +21,6 @@ import nbformat
 from .course import Course, CourseError
 
 IGNORED_PARTS = {".ipynb_checkpoints", "__MACOSX", "__pycache__"}
-TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"
 
 
 @dataclass
@@ -99,8 +97,9 @@ def place(course: Course, submission: Submission) -> Path:
 
     The notebook is named ``<assignment_id>.ipynb`` (renamed with a note if
     it was the folder's only notebook under another name), and
-    a notebook nbformat cannot read is noted (nbgrader will not grade it), and
-    ``timestamp.txt`` records when it arrived unless the download has one.
+    a notebook nbformat cannot read is noted (nbgrader will not grade it).
+    A ``timestamp.txt`` in the download (nbgrader's submission time, used
+    for late penalties) is kept; none is invented.
     The previous autograded/ and feedback/ copies of this submission are
     removed, so nbgrader grades exactly the new work; grades kept in the
     gradebook (manual grades included) stay.
@@ -122,9 +121,6 @@ def place(course: Course, submission: Submission) -> Path:
             nbformat.read(expected, as_version=4)
         except (OSError, ValueError, nbformat.ValidationError) as error:  # NotJSONError and UnicodeDecodeError are ValueErrors
             submission.notes.append(f"{expected.name} is not a readable notebook ({type(error).__name__}: {error})"[:300])
-    timestamp = destination / "timestamp.txt"
-    if not timestamp.exists():
-        timestamp.write_text(datetime.datetime.now(datetime.timezone.utc).strftime(TIMESTAMP_FORMAT))
     for stage in ("autograded", "feedback"):
         stale = course.root / stage / submission.student_id / submission.assignment_id
         if stale.exists():

@@ -61,7 +61,8 @@ def collect(course: Course, *, student_id: str, assignment_id: str, notes: list[
             notebook = gradebook.find_submission_notebook(assignment_id, assignment_id, student_id)
         except MissingEntry:
             return result
-        cells = {grade_id(cell): cell for cell in read_notebook(autograded_path).cells if is_grade(cell)}
+        # What each grade cell is comes from source/ (as in the gradebook), never from the student's copy.
+        cells = {grade_id(cell): cell for cell in read_notebook(course.source_notebook(assignment_id)).cells if is_grade(cell)}
         order = list(cells)
         grades = sorted(notebook.grades, key=lambda grade: order.index(grade.name) if grade.name in order else len(order))
         result.tasks = [
@@ -107,6 +108,14 @@ def write_task_results(results: list[SubmissionResult], path: Path) -> None:
                 )
 
 
+NOTES_WIDTH = 100
+"""Characters of status and notes shown in the table (task_results.csv has them in full)."""
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def table(results: list[SubmissionResult], *, extra: dict[str, list[str]] | None = None) -> str:
     """The per-student table: score, autograded tasks passed, manual grading pending, status.
 
@@ -124,7 +133,7 @@ def table(results: list[SubmissionResult], *, extra: dict[str, list[str]] | None
                 f"{result.score:g}/{result.max_score:g}" if result.tasks else "-",
                 f"{passed}/{len(autograded)}" if result.tasks else "-",
                 "pending" if result.needs_manual_grade else "-",
-                result.status + (f" ({'; '.join(result.notes)})" if result.notes else ""),
+                _shorten(result.status + (f" ({'; '.join(result.notes)})" if result.notes else ""), NOTES_WIDTH),
             ]
         )
     for header, values in (extra or {}).items():

@@ -30,11 +30,18 @@ def test_source_findings_name_each_structural_problem():
         make_solution_cell("g_solution"),
         nbformat.v4.new_code_cell("print('demo')"),
         make_tests_cell("f_tests"),
+        make_solution_cell("h_solution", source="def h():\n    return 1"),
+        make_tests_cell("h_tests", source="check_equal(h(), 1, label='h()')"),
     ]
+    hidden = "\n### BEGIN HIDDEN TESTS\ncheck_equal(f(2), 3, label='f(2)')\n### END HIDDEN TESTS"
+    notebook.cells[1].source += hidden
+    notebook.cells[4].source += hidden
     assert source_findings(notebook) == [
         "grade cell 'f_tests' (cell 1) has no points",
         "solution cell 'g_solution' (cell 2) has no autograder-tests cell after it",
         "grade_id 'f_tests' is used by cells 1 and 4",
+        "solution cell 'h_solution' (cell 5) has no ### BEGIN SOLUTION region",
+        "autograder-tests cell 'h_tests' (cell 6) has no ### BEGIN HIDDEN TESTS section",
     ]
 
 

@@ -65,7 +65,7 @@ def test_place_renames_a_lone_notebook_and_clears_old_results(tmp_path):
     stale.mkdir(parents=True)
     submission = find_submissions(download, assignment_ids=IDS).submissions[0]
     placed = place(course, submission)
-    assert sorted(p.name for p in placed.iterdir()) == ["01_tensors.ipynb", "timestamp.txt"]
+    assert sorted(p.name for p in placed.iterdir()) == ["01_tensors.ipynb"]
     assert submission.notes == ["notebook '01_tensors (1).ipynb' renamed to '01_tensors.ipynb'"]
     assert not stale.exists()
 
@@ -75,3 +75,25 @@ def test_place_notes_a_notebook_nbformat_cannot_read(tmp_path):
     submission = find_submissions(download, assignment_ids=IDS).submissions[0]
     place(Course(tmp_path / "course"), submission)
     assert submission.notes[0].startswith("01_tensors.ipynb is not a readable notebook (NotJSONError")
+
+
+def test_log_excerpt_quotes_the_exception_of_exactly_that_submission(tmp_path):
+    from autograder.grade import _log_excerpt
+
+    log = "\n".join(
+        [
+            f"[AutogradeApp | ERROR] There was an error processing assignment: {tmp_path}/submitted/alice2/01_tensors",
+            "[AutogradeApp | ERROR] Traceback (most recent call last):",
+            '      File "x.py", line 1, in <module>',
+            "    nbclient.exceptions.DeadKernelError: Kernel died",
+            f"[AutogradeApp | ERROR] There was an error processing assignment: {tmp_path}/submitted/al/01_tensors",
+            "[AutogradeApp | ERROR] Traceback (most recent call last):",
+            "    nbformat.reader.NotJSONError: Notebook does not appear to be JSON: ''",
+            "[AutogradeApp | INFO] Writing 10 bytes",
+        ]
+    )
+    assert _log_excerpt(log, tmp_path / "submitted" / "al" / "01_tensors") == (
+        "nbgrader: nbformat.reader.NotJSONError: Notebook does not appear to be JSON: ''"
+    )
+    assert _log_excerpt(log, tmp_path / "submitted" / "alice2" / "01_tensors").endswith("DeadKernelError: Kernel died")
+    assert "by hand" in _log_excerpt(log, tmp_path / "submitted" / "bo" / "01_tensors")
