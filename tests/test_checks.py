@@ -42,7 +42,7 @@ def test_passing_checks_record_their_values_in_order():
 
 def test_failures_name_the_label_and_what_differs():
     x = torch.zeros(2, 3, dtype=torch.int64)
-    with pytest.raises(AssertionError, match=r"^one_hot\(\.\.\.\): expected dtype torch.float32, got torch.int64$"):
+    with pytest.raises(AssertionError, match=r"^one_hot\(\.\.\.\)\nexpected dtype torch.float32, got torch.int64$"):
         check_dtype(x, torch.float32, label="one_hot(...)")
     with pytest.raises(AssertionError, match=r"expected shape \(3, 2\), got \(2, 3\)"):
         check_shape(x, (3, 2), label="s")

@@ -3,7 +3,8 @@
 Every check does two things:
 
 1. It asserts, and on failure raises ``AssertionError`` with a message a
-   student can act on (what was checked, what was wrong, what to look at).
+   student can act on: the check's label on the first line, then what was
+   wrong and what to look at.
    Nothing is ever written to stderr.
 2. It records the value it checked as a cell output, so that a later stage
    can compare values outside the kernel. Inside IPython a record is a
@@ -179,7 +180,8 @@ _EXACT = {"kind": "exact"}
 
 
 def _fail(label: str, message: str) -> AssertionError:
-    return AssertionError(f"{label}: {message}")
+    # Label and problem on lines of their own: `nbgrader validate` cuts every line at 90 characters.
+    return AssertionError(f"{label}\n{message}")
 
 
 # --------------------------------------------------------------------------- checks
