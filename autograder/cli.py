@@ -10,14 +10,18 @@ from .course import ROOT, Course, CourseError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder", description="Build, check and grade the PyTorch Tensors course.")
+    parser = argparse.ArgumentParser(
+        prog="python -m autograder", description="Build, check and grade the PyTorch Tensors course."
+    )
     parser.add_argument("--course", type=Path, default=ROOT, help="course directory (default: this repository)")
     commands = parser.add_subparsers(dest="command", required=True)
     build_parser = commands.add_parser("build", help="regenerate release/ and notebooks/ from source/")
     build_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     commands.add_parser("check", help="list what is stale or inconsistent; exit 1 if anything is")
     grade_parser = commands.add_parser("grade", help="grade a download of submissions with nbgrader")
-    grade_parser.add_argument("submissions", type=Path, help="folder or zip: <student_id>/<assignment_id>/<notebook>.ipynb")
+    grade_parser.add_argument(
+        "submissions", type=Path, help="folder or zip: <student_id>/<assignment_id>/<notebook>.ipynb"
+    )
     commands.add_parser("demo", help="grade the bundled sample submissions in a scratch course directory")
     args = parser.parse_args(argv)
     course = Course(args.course.resolve())
@@ -56,8 +60,10 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
     print(table(grading.results))
     not_graded = [r.student_id for r in grading.results if r.status != "ok"]
     if not_graded:
-        print(f"\n{len(not_graded)} submission(s) not graded ({', '.join(not_graded)}): grades.csv shows them as 0; "
-              "task_results.csv says why")
+        print(
+            f"\n{len(not_graded)} submission(s) not graded ({', '.join(not_graded)}): grades.csv shows them as 0; "
+            "task_results.csv says why"
+        )
     print(f"\ngrades: {grading.grades_csv}\nper task: {grading.task_results_csv}\nfeedback: {grading.feedback}/")
     return 0
 
@@ -69,7 +75,11 @@ def _demo(course: Course, args: argparse.Namespace) -> int:
     print(result.table)
     for mismatch in result.mismatches:
         print(f"MISMATCH {mismatch}")
-    print("\nall sample submissions got their expected grades" if not result.mismatches else f"\n{len(result.mismatches)} mismatch(es)")
+    print(
+        "\nall sample submissions got their expected grades"
+        if not result.mismatches
+        else f"\n{len(result.mismatches)} mismatch(es)"
+    )
     return 1 if result.mismatches else 0
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from . import intake, report
 from .course import Course, CourseError, generate_assignment, nbgrader_failure, run_nbgrader
 
-
 PER_SUBMISSION_ERROR = "There was an error processing assignment"
 """How nbgrader's log starts the report of a submission it skipped (it goes on with the others)."""
 

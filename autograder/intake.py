@@ -119,8 +119,14 @@ def place(course: Course, submission: Submission) -> Path:
     if expected.exists():
         try:
             nbformat.read(expected, as_version=4)
-        except (OSError, ValueError, nbformat.ValidationError) as error:  # NotJSONError and UnicodeDecodeError are ValueErrors
-            submission.notes.append(f"{expected.name} is not a readable notebook ({type(error).__name__}: {error})"[:300])
+        except (
+            OSError,
+            ValueError,
+            nbformat.ValidationError,
+        ) as error:  # NotJSONError and UnicodeDecodeError are ValueErrors
+            submission.notes.append(
+                f"{expected.name} is not a readable notebook ({type(error).__name__}: {error})"[:300]
+            )
     for stage in ("autograded", "feedback"):
         stale = course.root / stage / submission.student_id / submission.assignment_id
         if stale.exists():

@@ -62,9 +62,15 @@ def collect(course: Course, *, student_id: str, assignment_id: str, notes: list[
         except MissingEntry:
             return result
         # What each grade cell is comes from source/ (as in the gradebook), never from the student's copy.
-        cells = {grade_id(cell): cell for cell in read_notebook(course.source_notebook(assignment_id)).cells if is_grade(cell)}
+        cells = {
+            grade_id(cell): cell
+            for cell in read_notebook(course.source_notebook(assignment_id)).cells
+            if is_grade(cell)
+        }
         order = list(cells)
-        grades = sorted(notebook.grades, key=lambda grade: order.index(grade.name) if grade.name in order else len(order))
+        grades = sorted(
+            notebook.grades, key=lambda grade: order.index(grade.name) if grade.name in order else len(order)
+        )
         result.tasks = [
             TaskResult(
                 grade_id=grade.name,
@@ -80,12 +86,23 @@ def collect(course: Course, *, student_id: str, assignment_id: str, notes: list[
 
 
 TASK_COLUMNS = [
-    "assignment", "student_id", "grade_id", "kind", "score", "max_score", "needs_manual_grade", "status", "notes",
+    "assignment",
+    "student_id",
+    "grade_id",
+    "kind",
+    "score",
+    "max_score",
+    "needs_manual_grade",
+    "status",
+    "notes",
 ]
 
 
 def write_task_results(results: list[SubmissionResult], path: Path) -> None:
-    """Write one CSV row per (submission, grade cell); a submission nbgrader could not grade gets one row with an empty grade_id."""
+    """Write one CSV row per (submission, grade cell).
+
+    A submission nbgrader could not grade gets one row with an empty grade_id.
+    """
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(TASK_COLUMNS)

@@ -22,7 +22,17 @@ from pathlib import Path
 
 import nbformat
 
-from .course import ROOT, Course, CourseError, grade_id, is_autograder_tests, is_grade, is_solution, read_notebook, strip_markers
+from .course import (
+    ROOT,
+    Course,
+    CourseError,
+    grade_id,
+    is_autograder_tests,
+    is_grade,
+    is_solution,
+    read_notebook,
+    strip_markers,
+)
 
 SAMPLES_DIR = ROOT / "tests" / "submissions"
 
@@ -64,7 +74,9 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
     for wrong in wrong_answers(assignment_id):
         unknown = [name for name in wrong["loses"] if name not in points]
         if wrong["cell"] not in solutions or unknown:
-            raise CourseError(f"wrong answer {wrong['name']!r} of {assignment_id} names unknown cells: {wrong['cell']!r} {unknown}")
+            raise CourseError(
+                f"wrong answer {wrong['name']!r} of {assignment_id} names unknown cells: {wrong['cell']!r} {unknown}"
+            )
         notebook = copy.deepcopy(reference)
         for cell in notebook.cells:
             if grade_id(cell) == wrong["cell"]:

@@ -15,7 +15,9 @@ def course_copy(tmp_path) -> Course:
     root.mkdir()
     shutil.copy(ROOT / "nbgrader_config.py", root)
     for folder in ("source", "release", "notebooks"):
-        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        shutil.copytree(
+            ROOT / folder, root / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+        )
     return Course(root)
 
 

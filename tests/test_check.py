@@ -10,15 +10,28 @@ from autograder.course import read_notebook
 
 def make_tests_cell(grade_id, points=1, source="check_equal(f(1), 2, label='f(1)')"):
     cell = nbformat.v4.new_code_cell(source)
-    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": grade_id,
-                                 "points": points, "schema_version": 3, "task": False}
+    cell.metadata["nbgrader"] = {
+        "grade": True,
+        "solution": False,
+        "locked": True,
+        "grade_id": grade_id,
+        "points": points,
+        "schema_version": 3,
+        "task": False,
+    }
     return cell
 
 
 def make_solution_cell(grade_id, source="def f(x):\n    ### BEGIN SOLUTION\n    return x + 1\n    ### END SOLUTION"):
     cell = nbformat.v4.new_code_cell(source)
-    cell.metadata["nbgrader"] = {"grade": False, "solution": True, "locked": False, "grade_id": grade_id,
-                                 "schema_version": 3, "task": False}
+    cell.metadata["nbgrader"] = {
+        "grade": False,
+        "solution": True,
+        "locked": False,
+        "grade_id": grade_id,
+        "schema_version": 3,
+        "task": False,
+    }
     return cell
 
 
@@ -47,9 +60,15 @@ def test_source_findings_name_each_structural_problem():
 
 def test_leak_findings_ignore_lines_the_release_is_meant_to_show():
     source = nbformat.v4.new_notebook()
-    source.cells = [make_solution_cell("f_solution"), make_tests_cell("t", source="x = 1\n### BEGIN HIDDEN TESTS\nsecret()\n### END HIDDEN TESTS")]
+    source.cells = [
+        make_solution_cell("f_solution"),
+        make_tests_cell("t", source="x = 1\n### BEGIN HIDDEN TESTS\nsecret()\n### END HIDDEN TESTS"),
+    ]
     release = nbformat.v4.new_notebook()
-    release.cells = [nbformat.v4.new_code_cell("def f(x):\n    raise NotImplementedError()"), nbformat.v4.new_code_cell("x = 1")]
+    release.cells = [
+        nbformat.v4.new_code_cell("def f(x):\n    raise NotImplementedError()"),
+        nbformat.v4.new_code_cell("x = 1"),
+    ]
     assert leak_findings(source, release) == []
     release.cells[0].source += "\n    return x + 1"
     release.cells[1].source += "\nsecret()\n### END HIDDEN TESTS"
@@ -76,7 +95,9 @@ def test_check_passes_on_the_course_and_fails_on_a_planted_solution_line(course_
     path = course_copy.release_notebook(assignment_id)
     planted = json.loads(path.read_text())
     stub = next(
-        cell for cell in planted["cells"] if cell["cell_type"] == "code" and cell["metadata"].get("nbgrader", {}).get("solution")
+        cell
+        for cell in planted["cells"]
+        if cell["cell_type"] == "code" and cell["metadata"].get("nbgrader", {}).get("solution")
     )
     stub["source"] = "".join(stub["source"]).replace("raise NotImplementedError()", solution_line)
     path.write_text(json.dumps(planted, indent=1))

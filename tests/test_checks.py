@@ -34,7 +34,13 @@ def test_passing_checks_record_their_values_in_order():
     check_dtype(x, torch.float32, label="dtype of x")
     check_close(x, x + 1e-7, label="x close", rtol=0, atol=1e-6)
     assert [r["check"] for r in checks.records] == ["shape", "dtype", "close"]
-    assert checks.records[0] == {"version": 1, "check": "shape", "label": "shape of x", "value": [2, 3], "rule": {"kind": "exact"}}
+    assert checks.records[0] == {
+        "version": 1,
+        "check": "shape",
+        "label": "shape of x",
+        "value": [2, 3],
+        "rule": {"kind": "exact"},
+    }
     assert checks.records[2]["rule"] == {"kind": "close", "rtol": 0, "atol": 1e-6}
     assert checks.records[2]["value"]["tensor"]["data"] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
     json.dumps(checks.records, allow_nan=False)  # records are strict JSON
@@ -55,7 +61,9 @@ def test_failures_name_the_label_and_what_differs():
 def test_check_close_uses_pytorch_default_tolerances_per_dtype():
     check_close(torch.tensor([1.0]), torch.tensor([1.0 + 1e-6]), label="within float32 rtol")
     with pytest.raises(AssertionError):
-        check_close(torch.tensor([1.0], dtype=torch.float64), torch.tensor([1.0 + 1e-6], dtype=torch.float64), label="f64")
+        check_close(
+            torch.tensor([1.0], dtype=torch.float64), torch.tensor([1.0 + 1e-6], dtype=torch.float64), label="f64"
+        )
     with pytest.raises(AssertionError, match="dtype"):
         check_close(torch.tensor([1.0]), torch.tensor([1.0], dtype=torch.float64), label="dtypes differ")
     check_close(torch.tensor([1.0]), np.array([1.0], dtype=np.float32), label="numpy expected")
@@ -124,7 +132,9 @@ def test_encode_value_covers_the_documented_types():
     assert encode_value(torch.device("cpu")) == {"device": "cpu"}
     assert encode_value(np.int64(3)) == 3
     encoded = encode_value(torch.tensor([1.5, float("-inf")], dtype=torch.bfloat16))
-    assert encoded == {"tensor": {"dtype": "torch.bfloat16", "shape": [2], "device": "cpu", "data": [1.5, {"float": "-inf"}]}}
+    assert encoded == {
+        "tensor": {"dtype": "torch.bfloat16", "shape": [2], "device": "cpu", "data": [1.5, {"float": "-inf"}]}
+    }
     assert encode_value(torch.tensor([1 + 2j]))["tensor"]["data"] == [[1.0, 2.0]]
     assert encode_value(torch.zeros(checks.MAX_RECORDED_ELEMENTS + 1))["tensor"]["data"] is None
     assert encode_value(object()) == {"type": "object"}

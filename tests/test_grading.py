@@ -1,4 +1,4 @@
-"""The real pipeline: rebuilds are deterministic, and every sample submission gets its expected grade through nbgrader."""
+"""The real pipeline: rebuilds are deterministic; every sample submission gets its expected grade through nbgrader."""
 
 import csv
 import filecmp
@@ -15,8 +15,12 @@ from autograder.samples import samples, write_download
 def test_rebuild_leaves_release_and_notebooks_unchanged(course_copy):
     build(course_copy)
     for folder in ("release", "notebooks"):
-        comparison = filecmp.dircmp(ROOT / folder, course_copy.root / folder, ignore=[".ipynb_checkpoints", "__pycache__"])
-        differing = list(comparison.diff_files) + [f"{d}/{f}" for d, sub in comparison.subdirs.items() for f in sub.diff_files]
+        comparison = filecmp.dircmp(
+            ROOT / folder, course_copy.root / folder, ignore=[".ipynb_checkpoints", "__pycache__"]
+        )
+        differing = list(comparison.diff_files) + [
+            f"{d}/{f}" for d, sub in comparison.subdirs.items() for f in sub.diff_files
+        ]
         assert differing == [], f"{folder}/ changed on rebuild: {differing}"
 
 

@@ -32,7 +32,10 @@ def test_finds_students_at_any_depth_and_reports_strays(tmp_path):
         },
     )
     found = find_submissions(download, assignment_ids=IDS)
-    assert [(s.student_id, s.assignment_id) for s in found.submissions] == [("alice", "01_tensors"), ("bob", "02_strides")]
+    assert [(s.student_id, s.assignment_id) for s in found.submissions] == [
+        ("alice", "01_tensors"),
+        ("bob", "02_strides"),
+    ]
     assert len(found.ignored) == 2
     assert any("carol/homework" in line for line in found.ignored)
 
@@ -60,7 +63,9 @@ def test_zip_is_extracted_and_escaping_members_refused(tmp_path):
 
 def test_place_renames_a_lone_notebook_and_clears_old_results(tmp_path):
     course = Course(tmp_path / "course")
-    download = make_download(tmp_path / "download", {"alice/01_tensors/01_tensors (1).ipynb": nbformat.writes(nbformat.v4.new_notebook())})
+    download = make_download(
+        tmp_path / "download", {"alice/01_tensors/01_tensors (1).ipynb": nbformat.writes(nbformat.v4.new_notebook())}
+    )
     stale = course.root / "autograded" / "alice" / "01_tensors"
     stale.mkdir(parents=True)
     submission = find_submissions(download, assignment_ids=IDS).submissions[0]
