@@ -28,7 +28,7 @@ from .course import (
     is_autograder_tests,
     is_grade,
     read_notebook,
-    region_lines,
+    regions,
 )
 
 
@@ -102,13 +102,13 @@ def leak_findings(source: nbformat.NotebookNode, release: nbformat.NotebookNode)
     meant to show, such as a function's ``def`` line, never counts).
     """
     secret: dict[str, str] = {}
+    public_lines = set()
     for cell in source.cells:
-        for markers, kind in ((SOLUTION_MARKERS, "solution code"), (HIDDEN_TEST_MARKERS, "hidden test code")):
-            for line in region_lines(cell.source, markers):
-                if line.strip() and not line.strip().startswith("#"):
-                    secret.setdefault(line.strip(), kind)
-    public_source = "\n".join(_outside_regions(cell.source) for cell in source.cells)
-    public_lines = {line.strip() for line in public_source.splitlines()}
+        for region, line in regions(cell.source):
+            if region is None:
+                public_lines.add(line.strip())
+            elif line.strip() and not line.strip().startswith("#"):
+                secret.setdefault(line.strip(), f"{region} code")
     findings = []
     for index, cell in enumerate(release.cells):
         for line in cell.source.splitlines():
@@ -118,20 +118,6 @@ def leak_findings(source: nbformat.NotebookNode, release: nbformat.NotebookNode)
             elif stripped in secret and stripped not in public_lines:
                 findings.append(f"cell {index} holds {secret[stripped]}: {stripped!r}")
     return findings
-
-
-def _outside_regions(source: str) -> str:
-    inside = False
-    kept = []
-    for line in source.splitlines():
-        stripped = line.strip()
-        if stripped in (SOLUTION_MARKERS[0], HIDDEN_TEST_MARKERS[0]):
-            inside = True
-        elif stripped in (SOLUTION_MARKERS[1], HIDDEN_TEST_MARKERS[1]):
-            inside = False
-        elif not inside:
-            kept.append(line)
-    return "\n".join(kept)
 
 
 def reference_findings(course: Course, assignment_id: str) -> list[str]:

@@ -157,22 +157,26 @@ def grade_id(cell: nbformat.NotebookNode) -> str | None:
     return nbgrader_meta(cell).get("grade_id")
 
 
-def region_lines(source: str, markers: tuple[str, str]) -> Iterator[str]:
-    """Yield the lines of ``source`` strictly between a BEGIN and an END marker line."""
-    inside = False
+def regions(source: str) -> Iterator[tuple[str | None, str]]:
+    """Yield ``(region, line)`` for each line of ``source`` that is not a marker line.
+
+    ``region`` is ``"solution"`` between the solution markers, ``"hidden test"``
+    between the hidden-test markers, and None outside both.
+    """
+    region = None
     for line in source.splitlines():
         stripped = line.strip()
-        if stripped == markers[0]:
-            inside = True
-        elif stripped == markers[1]:
-            inside = False
-        elif inside:
-            yield line
+        if stripped in (SOLUTION_MARKERS[0], HIDDEN_TEST_MARKERS[0]):
+            region = "solution" if stripped == SOLUTION_MARKERS[0] else "hidden test"
+        elif stripped in (SOLUTION_MARKERS[1], HIDDEN_TEST_MARKERS[1]):
+            region = None
+        else:
+            yield region, line
 
 
 def strip_markers(source: str) -> str:
     """``source`` without the solution and hidden-test marker lines (their content stays)."""
-    return "\n".join(line for line in source.splitlines() if line.strip() not in MARKERS)
+    return "\n".join(line for _, line in regions(source))
 
 
 def read_notebook(path: Path) -> nbformat.NotebookNode:
