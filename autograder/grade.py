@@ -67,15 +67,11 @@ def grade(course: Course, download: Path) -> Grading:
     if export.returncode != 0:
         raise nbgrader_failure(export, "nbgrader export")
 
-    results = []
-    for submission in found.submissions:
-        result = report.collect(
-            course, student_id=submission.student_id, assignment_id=submission.assignment_id, notes=submission.notes
-        )
+    results = report.collect(course, found.submissions)
+    for result in results:
         if result.status != "ok":
-            submitted = course.root / "submitted" / submission.student_id / submission.assignment_id
-            result.notes.append(_log_excerpt(logs[submission.assignment_id], submitted))
-        results.append(result)
+            submitted = course.root / "submitted" / result.student_id / result.assignment_id
+            result.notes.append(_log_excerpt(logs[result.assignment_id], submitted))
     task_results_csv = course.root / "task_results.csv"
     report.write_task_results(results, task_results_csv)
     return Grading(

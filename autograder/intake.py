@@ -16,9 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-import nbformat
-
-from .course import Course, CourseError
+from .course import Course, CourseError, read_notebook
 
 IGNORED_PARTS = {".ipynb_checkpoints", "__MACOSX", "__pycache__"}
 
@@ -118,14 +116,11 @@ def place(course: Course, submission: Submission) -> Path:
         submission.notes.append(f"no {expected.name} among the notebooks submitted ({names})")
     if expected.exists():
         try:
-            nbformat.read(expected, as_version=4)
-        except (
-            OSError,
-            ValueError,
-            nbformat.ValidationError,
-        ) as error:  # NotJSONError and UnicodeDecodeError are ValueErrors
+            read_notebook(expected)
+        except CourseError as error:
+            cause = error.__cause__
             submission.notes.append(
-                f"{expected.name} is not a readable notebook ({type(error).__name__}: {error})"[:300]
+                f"{expected.name} is not a readable notebook ({type(cause).__name__}: {cause})"[:300]
             )
     for stage in ("autograded", "feedback"):
         stale = course.root / stage / submission.student_id / submission.assignment_id

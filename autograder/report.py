@@ -6,9 +6,11 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
 from .course import Course, grade_id, is_autograder_tests, is_grade, read_notebook
+from .intake import Submission
 
 
 @dataclass(frozen=True)
@@ -50,39 +52,44 @@ class SubmissionResult:
         return any(task.needs_manual_grade for task in self.tasks)
 
 
-def collect(course: Course, *, student_id: str, assignment_id: str, notes: list[str]) -> SubmissionResult:
-    """Read one submission's grades from the gradebook (after nbgrader autograde ran on it)."""
-    result = SubmissionResult(student_id=student_id, assignment_id=assignment_id, status="not graded", notes=notes)
-    autograded_path = course.root / "autograded" / student_id / assignment_id / f"{assignment_id}.ipynb"
-    if not autograded_path.exists():
-        return result
+def collect(course: Course, submissions: list[Submission]) -> list[SubmissionResult]:
+    """Read the grades of each submission from the gradebook (after nbgrader autograde ran), in order.
+
+    The gradebook is opened once, and each assignment's source notebook read
+    once: what each grade cell is (autograded or manual, and its place in the
+    notebook) comes from source/, never from the student's copy.
+    """
+    grade_cells: dict[str, dict[str, nbformat.NotebookNode]] = {}
+    results = []
     with Gradebook(course.db_url) as gradebook:
-        try:
-            notebook = gradebook.find_submission_notebook(assignment_id, assignment_id, student_id)
-        except MissingEntry:
-            return result
-        # What each grade cell is comes from source/ (as in the gradebook), never from the student's copy.
-        cells = {
-            grade_id(cell): cell
-            for cell in read_notebook(course.source_notebook(assignment_id)).cells
-            if is_grade(cell)
-        }
-        order = list(cells)
-        grades = sorted(
-            notebook.grades, key=lambda grade: order.index(grade.name) if grade.name in order else len(order)
-        )
-        result.tasks = [
-            TaskResult(
-                grade_id=grade.name,
-                score=float(grade.score),
-                max_score=float(grade.max_score),
-                autograded=grade.name in cells and is_autograder_tests(cells[grade.name]),
-                needs_manual_grade=bool(grade.needs_manual_grade),
-            )
-            for grade in grades
-        ]
-    result.status = "ok"
-    return result
+        for submission in submissions:
+            student_id, assignment_id = submission.student_id, submission.assignment_id
+            result = SubmissionResult(student_id, assignment_id, status="not graded", notes=submission.notes)
+            results.append(result)
+            if not (course.root / "autograded" / student_id / assignment_id / f"{assignment_id}.ipynb").exists():
+                continue
+            try:
+                notebook = gradebook.find_submission_notebook(assignment_id, assignment_id, student_id)
+            except MissingEntry:
+                continue
+            if assignment_id not in grade_cells:
+                source = read_notebook(course.source_notebook(assignment_id))
+                grade_cells[assignment_id] = {grade_id(cell): cell for cell in source.cells if is_grade(cell)}
+            cells = grade_cells[assignment_id]
+            order = list(cells)
+            grades = sorted(notebook.grades, key=lambda g: order.index(g.name) if g.name in order else len(order))
+            result.tasks = [
+                TaskResult(
+                    grade_id=grade.name,
+                    score=float(grade.score),
+                    max_score=float(grade.max_score),
+                    autograded=grade.name in cells and is_autograder_tests(cells[grade.name]),
+                    needs_manual_grade=bool(grade.needs_manual_grade),
+                )
+                for grade in grades
+            ]
+            result.status = "ok"
+    return results
 
 
 TASK_COLUMNS = [

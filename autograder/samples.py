@@ -56,7 +56,8 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
     """The sample submissions of one assignment.
 
     Raises:
-        CourseError: a wrong answer names a cell or test the notebook lacks.
+        CourseError: a wrong answer names a cell or test the notebook lacks,
+            or loses no test cell (a "wrong" answer that must keep full marks).
     """
     source = read_notebook(course.source_notebook(assignment_id))
     release = read_notebook(course.release_notebook(assignment_id))
@@ -73,6 +74,8 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
     ]
     for wrong in wrong_answers(assignment_id):
         unknown = [name for name in wrong["loses"] if name not in points]
+        if not wrong["loses"]:
+            raise CourseError(f"wrong answer {wrong['name']!r} of {assignment_id} loses no test cell")
         if wrong["cell"] not in solutions or unknown:
             raise CourseError(
                 f"wrong answer {wrong['name']!r} of {assignment_id} names unknown cells: {wrong['cell']!r} {unknown}"

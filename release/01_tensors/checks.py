@@ -252,8 +252,8 @@ def check_equal(actual: Any, expected: Any, *, label: str) -> None:
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             raise _fail(label, f"expected a tensor, got a {type(actual).__name__}")
-        check_shape_dtype = (tuple(actual.shape), actual.dtype) == (tuple(expected.shape), expected.dtype)
-        if not check_shape_dtype:
+        same_kind = (tuple(actual.shape), actual.dtype) == (tuple(expected.shape), expected.dtype)
+        if not same_kind:
             raise _fail(
                 label,
                 f"expected a {expected.dtype} tensor of shape {tuple(expected.shape)}, "
