@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     grade_parser.add_argument(
         "submissions", type=Path, help="folder or zip: <student_id>/<assignment_id>/<notebook>.ipynb"
     )
-    commands.add_parser("demo", help="grade the bundled sample submissions in a scratch course directory")
+    demo_parser = commands.add_parser("demo", help="grade the bundled sample submissions in a scratch course directory")
+    demo_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     args = parser.parse_args(argv)
     course = Course(args.course.resolve())
     try:
@@ -71,7 +72,7 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
 def _demo(course: Course, args: argparse.Namespace) -> int:
     from .demo import demo
 
-    result = demo(course)
+    result = demo(course, assignment_ids=args.assignments or None)
     print(result.table)
     for mismatch in result.mismatches:
         print(f"MISMATCH {mismatch}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import report
-from .course import Course, copy_course
+from .course import Course, CourseError, copy_course
 from .grade import grade
 from .samples import Sample, samples, write_download
 
@@ -19,14 +19,21 @@ class DemoResult:
     """Samples whose grades differ from what they must get (empty when the course grades as designed)."""
 
 
-def demo(course: Course) -> DemoResult:
-    """Grade every sample submission of every assignment through nbgrader, in a scratch copy of ``course``.
+def demo(course: Course, assignment_ids: list[str] | None = None) -> DemoResult:
+    """Grade every sample submission of ``assignment_ids`` (default: all) through nbgrader, in a scratch copy.
 
     The course's own gradebook and folders are not touched.
+
+    Raises:
+        CourseError: an assignment id that is not in source/.
     """
     with tempfile.TemporaryDirectory(prefix="autograder-demo-") as scratch:
         scratch_course = copy_course(course, Path(scratch) / "course")
-        found = [sample for assignment_id in course.assignment_ids() for sample in samples(course, assignment_id)]
+        chosen = assignment_ids or course.assignment_ids()
+        unknown = sorted(set(chosen) - set(course.assignment_ids()))
+        if unknown:
+            raise CourseError(f"no such assignment in source/: {', '.join(unknown)}")
+        found = [sample for assignment_id in chosen for sample in samples(course, assignment_id)]
         grading = grade(scratch_course, write_download(found, Path(scratch) / "download"))
     by_key = {(s.student_id, s.assignment_id): s for s in found}
     expected = [by_key[(r.student_id, r.assignment_id)] for r in grading.results]

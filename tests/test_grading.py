@@ -78,3 +78,9 @@ def test_grade_fails_clearly_when_it_cannot_run(cli, tmp_path):
     empty = cli("grade", str(tmp_path / "empty"))
     assert empty.returncode == 2
     assert "no submissions" in empty.stderr
+
+
+def test_demo_refuses_an_unknown_assignment(cli):
+    process = cli("demo", "99_nothing")
+    assert process.returncode == 2
+    assert "no such assignment in source/: 99_nothing" in process.stderr
