@@ -1,6 +1,7 @@
 """Stage ``grade``: a download of submissions through nbgrader's real pipeline.
 
-intake (submitted/) -> ``nbgrader generate_assignment`` into a scratch release
+intake (each notebook validated and normalised to its release, in submitted/;
+see :mod:`autograder.structure`) -> ``nbgrader generate_assignment`` into a scratch release
 folder (keeps the gradebook's grade cells in step with source/) ->
 ``nbgrader autograde`` -> ``nbgrader generate_feedback`` -> ``nbgrader export``
 (grades.csv) -> per-task results (task_results.csv) from the gradebook.
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import intake, report
-from .course import Course, CourseError, generate_assignment, nbgrader_failure, run_nbgrader
+from .course import Course, CourseError, generate_assignment, nbgrader_failure, read_notebook, run_nbgrader
 
 PER_SUBMISSION_ERROR = "There was an error processing assignment"
 """How nbgrader's log starts the report of a submission it skipped (it goes on with the others)."""
@@ -50,8 +51,9 @@ def grade(course: Course, download: Path) -> Grading:
                 f"no submissions in {download}: expected <student_id>/<assignment_id>/<notebook>.ipynb "
                 f"with assignment ids {', '.join(assignment_ids)}\n  {problems}"
             )
+        releases = {a: read_notebook(course.release_notebook(a)) for a in {s.assignment_id for s in found.submissions}}
         for submission in found.submissions:
-            intake.place(course, submission)
+            intake.place(course, submission, release=releases[submission.assignment_id])
 
     logs = {}
     for assignment_id in sorted({s.assignment_id for s in found.submissions}):

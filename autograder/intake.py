@@ -16,9 +16,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .course import Course, CourseError, read_notebook
+import nbformat
+from nbformat import NotebookNode
+
+from . import structure
+from .course import Course, CourseError
 
 IGNORED_PARTS = {".ipynb_checkpoints", "__MACOSX", "__pycache__"}
+TIMESTAMP = "timestamp.txt"
+"""nbgrader's record of when a submission was made (read by autograde for late penalties)."""
 
 
 @dataclass
@@ -29,7 +35,9 @@ class Submission:
     assignment_id: str
     folder: Path
     notes: list[str] = field(default_factory=list)
-    """What intake did to it (e.g. a renamed notebook), shown to the instructor."""
+    """What intake did to it (e.g. a renamed notebook, repairs), shown to the instructor."""
+    status: str = "ok"
+    """``ok``, ``repaired`` or ``invalid notebook``: see :func:`place`."""
 
 
 @dataclass
@@ -90,14 +98,18 @@ def find_submissions(folder: Path, *, assignment_ids: list[str]) -> Intake:
     return Intake(submissions=[found[key] for key in sorted(found)], ignored=ignored)
 
 
-def place(course: Course, submission: Submission) -> Path:
-    """Copy a submission to ``submitted/<student>/<assignment>/``, replacing what was there.
+def place(course: Course, submission: Submission, *, release: NotebookNode) -> Path:
+    """Write a submission, validated and normalised, to ``submitted/<student>/<assignment>/``.
 
-    The notebook is named ``<assignment_id>.ipynb`` (renamed with a note if
-    it was the folder's only notebook under another name), and
-    a notebook nbformat cannot read is noted (nbgrader will not grade it).
-    A ``timestamp.txt`` in the download (nbgrader's submission time, used
-    for late penalties) is kept; none is invented.
+    The notebook graded is ``<assignment_id>.ipynb``; a folder's only
+    notebook under another name (a browser's ``01_tensors (1).ipynb``) is
+    taken with a note. It is rebuilt on the structure of ``release`` by
+    :func:`autograder.structure.normalise`, and ``submission.status`` says
+    what happened: ``ok``, ``repaired`` (notes say what) or ``invalid notebook``
+    (graded as the unchanged release, so every autograded cell scores 0).
+    Other files are not copied, so nothing a student adds (a ``torch.py``, a
+    ``checks.py``) can shadow a module the tests import; only nbgrader's
+    ``timestamp.txt`` (the submission time, for late penalties) is kept.
     The previous autograded/ and feedback/ copies of this submission are
     removed, so nbgrader grades exactly the new work; grades kept in the
     gradebook (manual grades included) stay.
@@ -105,23 +117,32 @@ def place(course: Course, submission: Submission) -> Path:
     destination = course.root / "submitted" / submission.student_id / submission.assignment_id
     if destination.exists():
         shutil.rmtree(destination)
-    shutil.copytree(submission.folder, destination, ignore=shutil.ignore_patterns(*IGNORED_PARTS))
-    expected = destination / f"{submission.assignment_id}.ipynb"
-    notebooks = sorted(destination.glob("*.ipynb"))
-    if not expected.exists() and len(notebooks) == 1:
-        notebooks[0].rename(expected)
-        submission.notes.append(f"notebook {notebooks[0].name!r} renamed to {expected.name!r}")
-    elif not expected.exists():
+    destination.mkdir(parents=True)
+    expected = f"{submission.assignment_id}.ipynb"
+    notebooks = sorted(p for p in submission.folder.glob("*.ipynb") if p.is_file())
+    chosen = submission.folder / expected if (submission.folder / expected).is_file() else None
+    if chosen is None and len(notebooks) == 1:
+        chosen = notebooks[0]
+        submission.notes.append(f"notebook {chosen.name!r} graded as {expected!r}")
+    if chosen is None:
         names = ", ".join(p.name for p in notebooks)
-        submission.notes.append(f"no {expected.name} among the notebooks submitted ({names})")
-    if expected.exists():
-        try:
-            read_notebook(expected)
-        except CourseError as error:
-            cause = error.__cause__
-            submission.notes.append(
-                f"{expected.name} is not a readable notebook ({type(cause).__name__}: {cause})"[:300]
-            )
+        submission.notes.append(f"no {expected} among the notebooks submitted ({names}): graded as blank")
+        normalised = structure.Normalised(notebook=structure.blank(release), readable=False)
+    else:
+        normalised = structure.normalise(chosen.read_bytes(), release=release)
+    nbformat.write(normalised.notebook, destination / expected)
+    submission.notes.extend(normalised.repairs)
+    submission.status = "invalid notebook" if not normalised.readable else "repaired" if normalised.repairs else "ok"
+
+    skipped = []
+    for path in sorted(p for p in submission.folder.rglob("*") if p.is_file() and p != chosen):
+        relative = path.relative_to(submission.folder)
+        if relative == Path(TIMESTAMP):
+            shutil.copy(path, destination / TIMESTAMP)
+        elif not IGNORED_PARTS & set(relative.parts) and relative != Path("checks.py"):
+            skipped.append(str(relative))
+    if skipped:
+        submission.notes.append(f"files not graded: {', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}")
     for stage in ("autograded", "feedback"):
         stale = course.root / stage / submission.student_id / submission.assignment_id
         if stale.exists():

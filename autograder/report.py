@@ -29,8 +29,9 @@ class TaskResult:
 class SubmissionResult:
     """One (student, assignment) of a batch.
 
-    ``status`` is ``ok`` when nbgrader graded it and ``not graded`` when it
-    could not; ``notes`` say why, and what intake changed.
+    ``status`` is ``not graded`` when nbgrader could not grade it, else the
+    intake status (``ok``, ``repaired``, ``invalid notebook``); ``notes`` say
+    why, and what intake changed.
     """
 
     student_id: str
@@ -88,7 +89,7 @@ def collect(course: Course, submissions: list[Submission]) -> list[SubmissionRes
                 )
                 for grade in grades
             ]
-            result.status = "ok"
+            result.status = submission.status
     return results
 
 

@@ -1,5 +1,6 @@
 """The real pipeline: rebuilds are deterministic; every sample submission gets its expected grade through nbgrader."""
 
+import copy
 import csv
 import filecmp
 from dataclasses import replace
@@ -7,7 +8,7 @@ from dataclasses import replace
 from nbgrader.api import Gradebook
 
 from autograder.build import build
-from autograder.course import ROOT, grade_id, is_grade, is_solution
+from autograder.course import ROOT, grade_id, is_autograder_tests, is_grade, is_solution
 from autograder.demo import demo
 from autograder.samples import samples, write_download
 
@@ -34,10 +35,21 @@ def test_every_sample_submission_gets_its_expected_grade(course_copy):
     assert len(wrong) >= 4 * len(course_copy.assignment_ids())
 
 
-def test_grade_reports_each_student_goes_on_after_a_broken_notebook_and_keeps_manual_grades(course_copy, cli, tmp_path):
+def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_manual_grades(course_copy, cli, tmp_path):
     assignment_id = course_copy.assignment_ids()[0]
-    reference = next(s for s in samples(course_copy, assignment_id) if s.student_id == "reference")
-    download = write_download([replace(reference, student_id="ada")], tmp_path / "download")
+    found = {s.student_id: s for s in samples(course_copy, assignment_id)}
+    reference = found["reference"]
+    # cy tampers with the unchanged release: the first test cell emptied, and a copy of it added
+    # (a duplicated grade_id makes stock nbgrader refuse the submission).
+    tampered = copy.deepcopy(found["unchanged_release"].notebook)
+    first_test = next(c for c in tampered.cells if is_autograder_tests(c))
+    first_test.source = "pass"
+    tampered.cells.append(copy.deepcopy(first_test))
+    tampered.cells[-1].id = "copied-test"
+    download = write_download(
+        [replace(reference, student_id="ada"), replace(found["unchanged_release"], student_id="cy", notebook=tampered)],
+        tmp_path / "download",
+    )
     broken = download / "bea" / assignment_id / f"{assignment_id}.ipynb"
     broken.parent.mkdir(parents=True)
     broken.write_text('{"cells": [')
@@ -45,9 +57,13 @@ def test_grade_reports_each_student_goes_on_after_a_broken_notebook_and_keeps_ma
 
     process = cli("--course", str(course_copy.root), "grade", str(download))
     assert process.returncode == 0, process.stderr
-    rows = {line.split()[0]: line for line in process.stdout.splitlines()[2:4]}
+    rows = {line.split()[0]: line for line in process.stdout.splitlines()[2:5]}
     assert rows["ada"].split()[2] == f"{reference.expected_total:g}/{max_score:g}"
-    assert "not graded" in rows["bea"] and "not a readable notebook" in rows["bea"]
+    assert rows["bea"].split()[2] == f"0/{max_score:g}"
+    assert "invalid notebook" in rows["bea"] and "not a readable notebook: the file is not valid JSON" in rows["bea"]
+    assert rows["cy"].split()[2] == f"0/{max_score:g}" and "repaired" in rows["cy"]
+    cy_notes = task_rows(course_copy, "cy")[0]["notes"]
+    assert f"{grade_id(first_test)} was edited" in cy_notes and "appears more than once" in cy_notes
     with (course_copy.root / "grades.csv").open() as handle:
         grades = {row["student_id"]: row for row in csv.DictReader(handle)}
     assert float(grades["ada"]["score"]) == reference.expected_total

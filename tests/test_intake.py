@@ -5,7 +5,7 @@ import zipfile
 import nbformat
 import pytest
 
-from autograder.course import Course, CourseError
+from autograder.course import ROOT, Course, CourseError, read_notebook
 from autograder.intake import find_submissions, opened, place
 
 IDS = ["01_tensors", "02_strides"]
@@ -61,25 +61,40 @@ def test_zip_is_extracted_and_escaping_members_refused(tmp_path):
             pass
 
 
-def test_place_renames_a_lone_notebook_and_clears_old_results(tmp_path):
+def test_place_takes_a_lone_misnamed_notebook_drops_other_files_and_clears_old_results(tmp_path):
     course = Course(tmp_path / "course")
+    release = read_notebook(ROOT / "release" / "01_tensors" / "01_tensors.ipynb")
     download = make_download(
-        tmp_path / "download", {"alice/01_tensors/01_tensors (1).ipynb": nbformat.writes(nbformat.v4.new_notebook())}
+        tmp_path / "download",
+        {
+            "alice/01_tensors/01_tensors (1).ipynb": nbformat.writes(release),
+            "alice/01_tensors/torch.py": "raise SystemExit('shadowed')",
+            "alice/01_tensors/checks.py": "",
+            "alice/01_tensors/timestamp.txt": "2026-11-30 10:00:00 UTC",
+        },
     )
     stale = course.root / "autograded" / "alice" / "01_tensors"
     stale.mkdir(parents=True)
     submission = find_submissions(download, assignment_ids=IDS).submissions[0]
-    placed = place(course, submission)
-    assert sorted(p.name for p in placed.iterdir()) == ["01_tensors.ipynb"]
-    assert submission.notes == ["notebook '01_tensors (1).ipynb' renamed to '01_tensors.ipynb'"]
+    placed = place(course, submission, release=release)
+    assert sorted(p.name for p in placed.iterdir()) == ["01_tensors.ipynb", "timestamp.txt"]
+    assert submission.notes == [
+        "notebook '01_tensors (1).ipynb' graded as '01_tensors.ipynb'",
+        "files not graded: torch.py",
+    ]
+    assert submission.status == "ok"
     assert not stale.exists()
 
 
-def test_place_notes_a_notebook_nbformat_cannot_read(tmp_path):
+def test_place_grades_an_unreadable_notebook_as_the_blank_release(tmp_path):
+    release = read_notebook(ROOT / "release" / "01_tensors" / "01_tensors.ipynb")
     download = make_download(tmp_path / "download", {"bea/01_tensors/01_tensors.ipynb": '{"cells": ['})
     submission = find_submissions(download, assignment_ids=IDS).submissions[0]
-    place(Course(tmp_path / "course"), submission)
-    assert submission.notes[0].startswith("01_tensors.ipynb is not a readable notebook (NotJSONError")
+    placed = place(Course(tmp_path / "course"), submission, release=release)
+    assert submission.status == "invalid notebook"
+    assert submission.notes[0].startswith("not a readable notebook: the file is not valid JSON")
+    graded = read_notebook(placed / "01_tensors.ipynb")
+    assert [c.source for c in graded.cells] == [c.source for c in release.cells]
 
 
 def test_log_excerpt_quotes_the_exception_of_exactly_that_submission(tmp_path):
