@@ -5,6 +5,13 @@ This folder is the nbgrader course directory: nbgrader's commands run here
 submitted/, autograded/, feedback/ and gradebook.db (all git-ignored).
 """
 
+import os
+import sys
+
+# The course's own nbgrader preprocessors live in autograder/ beside this file
+# (`python -m autograder` also puts that folder on PYTHONPATH for scratch course copies).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 
 c.CourseDirectory.course_id = "pytorch-tensors"
@@ -21,3 +28,11 @@ c.Execute.shutdown_kernel = "immediate"
 # Release notebooks: what replaces a solution.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Feedback: hidden tests' code and expected values never reach a student
+# (autograder/feedback.py); the rest is nbgrader's default.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "autograder.feedback.HideHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

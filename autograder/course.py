@@ -95,7 +95,14 @@ def run_nbgrader(course: Course, *args: str) -> subprocess.CompletedProcess[str]
     command = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course.root}"]
     # nbgrader runs the `alembic` command from PATH: use this environment's.
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+    # nbgrader_config.py names the course's preprocessors (autograder.feedback): make them importable.
+    python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {
+        **os.environ,
+        "PYTHONHASHSEED": "0",
+        "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
+        "PYTHONPATH": python_path,
+    }
     env.pop("MPLBACKEND", None)
     return subprocess.run(command, cwd=course.root, env=env, capture_output=True, text=True, check=False)
 

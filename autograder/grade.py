@@ -1,8 +1,9 @@
 """Stage ``grade``: a download of submissions through nbgrader's real pipeline.
 
-intake (each notebook validated and normalised to its release, in submitted/;
-see :mod:`autograder.structure`) -> ``nbgrader generate_assignment`` into a scratch release
-folder (keeps the gradebook's grade cells in step with source/) ->
+``nbgrader generate_assignment`` into a scratch release folder (keeps the
+gradebook's grade cells in step with source/) -> intake (each notebook
+validated and normalised to that release, in submitted/; see
+:mod:`autograder.structure`) ->
 ``nbgrader autograde`` -> ``nbgrader generate_feedback`` -> ``nbgrader export``
 (grades.csv) -> per-task results (task_results.csv) from the gradebook.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+import nbformat
 
 from . import intake, report
 from .course import Course, CourseError, generate_assignment, nbgrader_failure, read_notebook, run_nbgrader
@@ -51,13 +54,13 @@ def grade(course: Course, download: Path) -> Grading:
                 f"no submissions in {download}: expected <student_id>/<assignment_id>/<notebook>.ipynb "
                 f"with assignment ids {', '.join(assignment_ids)}\n  {problems}"
             )
-        releases = {a: read_notebook(course.release_notebook(a)) for a in {s.assignment_id for s in found.submissions}}
+        assignments = sorted({s.assignment_id for s in found.submissions})
+        releases = {assignment_id: update_gradebook(course, assignment_id) for assignment_id in assignments}
         for submission in found.submissions:
             intake.place(course, submission, release=releases[submission.assignment_id])
 
     logs = {}
-    for assignment_id in sorted({s.assignment_id for s in found.submissions}):
-        update_gradebook(course, assignment_id)
+    for assignment_id in assignments:
         autograde = run_nbgrader(course, "autograde", assignment_id)
         if autograde.returncode != 0 and PER_SUBMISSION_ERROR not in autograde.stdout + autograde.stderr:
             raise nbgrader_failure(autograde, f"nbgrader autograde {assignment_id}")
@@ -85,16 +88,18 @@ def grade(course: Course, download: Path) -> Grading:
     )
 
 
-def update_gradebook(course: Course, assignment_id: str) -> None:
+def update_gradebook(course: Course, assignment_id: str) -> nbformat.NotebookNode:
     """Record the assignment's grade cells (from source/) in the course gradebook.
 
     Generates into a scratch release folder, so release/ is left as it is.
+    Returns the release notebook generated (the template submissions are normalised to).
 
     Raises:
         CourseError: nbgrader refused (its log is quoted).
     """
     with tempfile.TemporaryDirectory(prefix="release-") as scratch:
-        generate_assignment(course, assignment_id, release_dir=Path(scratch), db_url=course.db_url)
+        folder = generate_assignment(course, assignment_id, release_dir=Path(scratch), db_url=course.db_url)
+        return read_notebook(folder / f"{assignment_id}.ipynb")
 
 
 def _log_excerpt(log: str, submitted: Path) -> str:

@@ -47,7 +47,11 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
     tampered.cells.append(copy.deepcopy(first_test))
     tampered.cells[-1].id = "copied-test"
     download = write_download(
-        [replace(reference, student_id="ada"), replace(found["unchanged_release"], student_id="cy", notebook=tampered)],
+        [
+            replace(reference, student_id="ada"),
+            replace(found["unchanged_release"], student_id="cy", notebook=tampered),
+            replace(found["wrong_knowledge_q1_list_index_is_view"], student_id="dee"),
+        ],
         tmp_path / "download",
     )
     broken = download / "bea" / assignment_id / f"{assignment_id}.ipynb"
@@ -57,7 +61,7 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
 
     process = cli("--course", str(course_copy.root), "grade", str(download))
     assert process.returncode == 0, process.stderr
-    rows = {line.split()[0]: line for line in process.stdout.splitlines()[2:5]}
+    rows = {line.split()[0]: line for line in process.stdout.splitlines()[2:6]}
     assert rows["ada"].split()[2] == f"{reference.expected_total:g}/{max_score:g}"
     assert rows["bea"].split()[2] == f"0/{max_score:g}"
     assert "invalid notebook" in rows["bea"] and "not a readable notebook: the file is not valid JSON" in rows["bea"]
@@ -69,6 +73,10 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
     assert float(grades["ada"]["score"]) == reference.expected_total
     assert {row["grade_id"]: float(row["score"]) for row in task_rows(course_copy, "ada")} == reference.expected
     assert (course_copy.root / "feedback" / "ada" / assignment_id / f"{assignment_id}.html").exists()
+    # dee's wrong quiz answer fails a hidden test: the feedback names it, without the answer key or test code.
+    page = (course_copy.root / "feedback" / "dee" / assignment_id / f"{assignment_id}.html").read_text()
+    assert "A hidden test failed: answer_q1" in page
+    assert "BEGIN HIDDEN TESTS" not in page and "expected &#x27;" not in page and str(course_copy.root) not in page
 
     # An instructor grades the written answer in formgrader; re-grading the same download keeps that grade.
     manual = next(c for c in reference.notebook.cells if is_grade(c) and is_solution(c))
