@@ -29,6 +29,20 @@ c.Execute.shutdown_kernel = "immediate"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
+# Autograde: nbgrader's steps, with the verdict outside the kernel right after
+# execution (autograder/verdict.py): a test cell whose recorded check values do
+# not pass against the reference solution's run gets an error, so it scores 0.
+c.Autograde.autograde_preprocessors = [
+    "nbgrader.preprocessors.Execute",
+    "autograder.verdict.CompareRecords",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
 # Feedback: hidden tests' code and expected values never reach a student
 # (autograder/feedback.py); the rest is nbgrader's default.
 c.GenerateFeedback.preprocessors = [

@@ -29,6 +29,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from .checks import RECORD_MIME_TYPE
 from .course import HIDDEN_TEST_MARKERS, is_autograder_tests
+from .verdict import MISMATCH
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CELL_FRAME = re.compile(r"Cell In\s*\[\d*\],\s*line (\d+)")
@@ -93,6 +94,8 @@ def shown(output: NotebookNode, hidden: set[int]) -> NotebookNode:
         first_line = str(output.get("evalue", "")).splitlines()[0] if output.get("evalue") else ""
         if output.get("ename") == "AssertionError":
             message = f"A hidden test failed: {first_line}"
+        elif output.get("ename") == MISMATCH:
+            message = f"Judged outside the kernel: {first_line}"
         else:
             message = f"A hidden test raised {output.get('ename')}: {first_line}"
         output.traceback = [message]

@@ -1,4 +1,4 @@
-"""Sample submissions: the reference, the unchanged release, and realistic wrong answers.
+"""Sample submissions: the reference, the unchanged release, realistic wrong answers and hostile submissions.
 
 Wrong answers live in ``tests/submissions/<assignment_id>.toml``, one
 ``[[wrong_answer]]`` table each::
@@ -8,6 +8,11 @@ Wrong answers live in ``tests/submissions/<assignment_id>.toml``, one
     loses = ["task_1_1_one_hot"]           # test cells that must score 0; every other keeps full marks
     mistake = "why a student writes this, and why it is wrong"
     source = '''def one_hot(...): ...'''    # the cell's whole new source
+
+Hostile submissions (``tests/hostile/<assignment_id>.toml``, ``[[hostile]]``
+tables with the same fields, ``trick`` instead of ``mistake``; student ids
+``hostile_<name>``) pair a wrong answer with an attack on the grading: the
+cells in ``loses`` must score 0 however the kernel was tricked.
 
 Submissions are composed from the release notebook (what a student starts
 from) with solution cells filled in from source/, so they never go stale.
@@ -35,6 +40,7 @@ from .course import (
 )
 
 SAMPLES_DIR = ROOT / "tests" / "submissions"
+HOSTILE_DIR = ROOT / "tests" / "hostile"
 
 
 @dataclass(frozen=True)
@@ -72,30 +78,35 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
         Sample("reference", assignment_id, reference, {**points, **manual}),
         Sample("unchanged_release", assignment_id, release, {**{k: 0.0 for k in points}, **manual}),
     ]
-    for wrong in wrong_answers(assignment_id):
-        unknown = [name for name in wrong["loses"] if name not in points]
-        if not wrong["loses"]:
-            raise CourseError(f"wrong answer {wrong['name']!r} of {assignment_id} loses no test cell")
-        if wrong["cell"] not in solutions or unknown:
-            raise CourseError(
-                f"wrong answer {wrong['name']!r} of {assignment_id} names unknown cells: {wrong['cell']!r} {unknown}"
-            )
+    for kind, variant in variants(assignment_id):
+        what = f"{kind} {variant['name']!r} of {assignment_id}"
+        unknown = [name for name in variant["loses"] if name not in points]
+        if not variant["loses"]:
+            raise CourseError(f"{what} loses no test cell")
+        if variant["cell"] not in solutions or unknown:
+            raise CourseError(f"{what} names unknown cells: {variant['cell']!r} {unknown}")
         notebook = copy.deepcopy(reference)
         for cell in notebook.cells:
-            if grade_id(cell) == wrong["cell"]:
-                cell.source = wrong["source"].strip("\n")
-        expected = {name: (0.0 if name in wrong["loses"] else score) for name, score in points.items()}
-        found.append(Sample(f"wrong_{wrong['name']}", assignment_id, notebook, {**expected, **manual}))
+            if grade_id(cell) == variant["cell"]:
+                cell.source = variant["source"].strip("\n")
+        expected = {name: (0.0 if name in variant["loses"] else score) for name, score in points.items()}
+        found.append(Sample(f"{kind}_{variant['name']}", assignment_id, notebook, {**expected, **manual}))
     return found
 
 
-def wrong_answers(assignment_id: str) -> list[dict]:
-    """The ``[[wrong_answer]]`` tables of ``tests/submissions/<assignment_id>.toml`` (none if it does not exist)."""
-    path = SAMPLES_DIR / f"{assignment_id}.toml"
-    if not path.exists():
-        return []
-    with path.open("rb") as handle:
-        return tomllib.load(handle).get("wrong_answer", [])
+VARIANT_FILES = {"wrong": (SAMPLES_DIR, "wrong_answer"), "hostile": (HOSTILE_DIR, "hostile")}
+"""Student-id prefix -> (folder of ``<assignment_id>.toml`` files, name of their tables)."""
+
+
+def variants(assignment_id: str) -> list[tuple[str, dict]]:
+    """``(prefix, table)`` for each wrong answer and hostile submission of an assignment, in file order."""
+    found = []
+    for prefix, (folder, table) in VARIANT_FILES.items():
+        path = folder / f"{assignment_id}.toml"
+        if path.exists():
+            with path.open("rb") as handle:
+                found.extend((prefix, entry) for entry in tomllib.load(handle).get(table, []))
+    return found
 
 
 def write_download(found: list[Sample], folder: Path) -> Path:

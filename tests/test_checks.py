@@ -35,14 +35,17 @@ def test_passing_checks_record_their_values_in_order():
     check_close(x, x + 1e-7, label="x close", rtol=0, atol=1e-6)
     assert [r["check"] for r in checks.records] == ["shape", "dtype", "close"]
     assert checks.records[0] == {
-        "version": 1,
+        "version": 2,
         "check": "shape",
         "label": "shape of x",
         "value": [2, 3],
+        "expected": [2, 3],
         "rule": {"kind": "exact"},
     }
-    assert checks.records[2]["rule"] == {"kind": "close", "rtol": 0, "atol": 1e-6}
+    assert checks.records[1]["expected"] == "torch.float32"
+    assert checks.records[2]["rule"] == {"kind": "close", "rtol": 0, "atol": 1e-6, "check_dtype": True}
     assert checks.records[2]["value"]["tensor"]["data"] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert checks.records[2]["expected"]["tensor"]["data"][0][1] == pytest.approx(1.0000001)
     json.dumps(checks.records, allow_nan=False)  # records are strict JSON
 
 
@@ -94,7 +97,13 @@ def test_check_device_matches_type_and_optional_index():
 def test_check_raises_records_the_exception_type():
     with check_raises(ValueError, label="bad label", match="outside"):
         raise ValueError("label 5 is outside [0, 3)")
-    assert checks.records[-1]["value"] == {"exception": "ValueError"}
+    assert checks.records[-1]["value"] == {
+        "exception": "ValueError",
+        "mro": ["ValueError", "Exception", "BaseException", "object"],
+        "message": "label 5 is outside [0, 3)",
+    }
+    assert checks.records[-1]["expected"] == ["ValueError"]
+    assert checks.records[-1]["rule"] == {"kind": "raises", "match": "outside"}
     with pytest.raises(AssertionError, match="expected ValueError, but nothing was raised"):
         with check_raises(ValueError, label="nothing"):
             pass

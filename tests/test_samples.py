@@ -27,7 +27,7 @@ def test_reference_is_release_with_the_source_solutions():
     ],
 )
 def test_a_wrong_answer_must_name_real_cells_and_lose_something(monkeypatch, entry, message):
-    monkeypatch.setattr(samples_module, "wrong_answers", lambda assignment_id: [entry])
+    monkeypatch.setattr(samples_module, "variants", lambda assignment_id: [("wrong", entry)])
     course = Course(ROOT)
     with pytest.raises(CourseError, match=message):
         samples(course, course.assignment_ids()[0])

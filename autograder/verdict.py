@@ -1,0 +1,214 @@
+"""Stage ``verdict``: judge each test cell again outside the kernel, from the values its checks recorded.
+
+A student's kernel runs their code and the tests in one process, so what the
+kernel reports (an error or none) can be forged: a replaced ``check_close``,
+an object equal to everything, a silenced traceback, a hook that rewrites or
+skips test cells. The check helpers (``autograder/checks.py``) therefore
+record, for every check, the value checked, the expected value and the rule.
+
+Once per batch the reference solution runs through the same tests in the
+same environment (:func:`reference_records`); its records give the trusted
+expected values and rules. After nbgrader has executed a submission,
+:class:`CompareRecords` (an nbgrader preprocessor, registered in
+``nbgrader_config.py`` right after ``Execute``) compares each autograder-tests
+cell's records with the reference's, one by one, and judges the student's
+value against the reference's expected value and rule here, outside the
+kernel. A missing, extra, reordered or failing record adds an error output
+to the cell, so nbgrader scores it 0 whatever the kernel printed or hid.
+
+A test cell whose reference run records nothing is left to nbgrader's own
+verdict (``autograder check`` reports such cells). What this cannot stop: a
+kernel that forges records by patching the check helpers' internals to
+record the expected value it was given; ``autograder.structure`` notes
+submissions that touch the grading machinery, for a person to review.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import numpy as np
+from nbformat import NotebookNode
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from .checks import RECORD_MIME_TYPE
+from .course import CHECKS_MODULE, Course, grade_id, is_autograder_tests
+
+MISMATCH = "CheckRecordMismatch"
+"""``ename`` of the error output the verdict adds to a cell it fails."""
+
+
+def cell_records(cell: NotebookNode) -> list[Any]:
+    """The check records a code cell's outputs hold, in order (anything under the record MIME type)."""
+    return [
+        output["data"][RECORD_MIME_TYPE]
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "display_data" and RECORD_MIME_TYPE in output.get("data", {})
+    ]
+
+
+def records_by_cell(notebook: NotebookNode) -> dict[str, list[Any]]:
+    """``{grade_id: records}`` for every autograder-tests cell of an executed notebook."""
+    return {grade_id(cell): cell_records(cell) for cell in notebook.cells if is_autograder_tests(cell)}
+
+
+def reference_records(course: Course, assignment_id: str) -> dict[str, list[Any]]:
+    """Run the reference solution's notebook (source/ without markers) and collect its records per test cell.
+
+    The kernel starts in a scratch folder holding ``checks.py``, with this
+    process's environment, as nbgrader's kernels do.
+    """
+    from .build import execute_notebook, reference_cells
+
+    with tempfile.TemporaryDirectory(prefix="reference-") as scratch:
+        shutil.copy(CHECKS_MODULE, Path(scratch) / "checks.py")
+        executed = execute_notebook(reference_cells(course, assignment_id), cwd=Path(scratch), env={})
+    return records_by_cell(executed)
+
+
+def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
+    """Why a cell's records fail against the reference's (``None`` when they pass).
+
+    Records are paired in order; each pair must name the same check and
+    label, and the student's value must pass the reference's expected value
+    under the reference's rule (:func:`passes`).
+    """
+    for number, trusted in enumerate(reference, start=1):
+        where = f"check {number} of {len(reference)} ({trusted.get('label')})"
+        if number > len(student):
+            return f"{where} did not run"
+        record = student[number - 1]
+        if not isinstance(record, dict) or (record.get("check"), record.get("label")) != (
+            trusted.get("check"),
+            trusted.get("label"),
+        ):
+            return f"{where}: a different check ran in its place"
+        if passes(trusted["check"], record.get("value"), trusted.get("expected"), trusted.get("rule", {})) is False:
+            return f"{where} failed when judged outside the kernel"
+    if len(student) > len(reference):
+        return f"{len(student) - len(reference)} check record(s) more than the tests make"
+    return None
+
+
+def passes(check: str, value: Any, expected: Any, rule: dict[str, Any]) -> bool | None:
+    """Judge one encoded value as the check helper ``check`` would, outside the kernel.
+
+    Returns ``None`` when the record cannot be judged here (an array too
+    large to have its values recorded); the kernel's verdict then stands.
+    """
+    kind = rule.get("kind")
+    if kind == "close":
+        return _close(value, expected, rule)
+    if kind == "device":
+        return _same_device(value, expected)
+    if kind == "raises":
+        if not isinstance(value, dict) or not isinstance(value.get("mro"), list):
+            return False
+        match = rule.get("match")
+        return bool(set(expected) & set(value["mro"])) and (match is None or match in str(value.get("message")))
+    if check == "equal" and _is_array(value) and _is_array(expected):
+        a, b = _array(value), _array(expected)
+        if (a["dtype"], a["shape"]) != (b["dtype"], b["shape"]):
+            return False
+        return None if a["data"] is None or b["data"] is None else _strict_equal(a["data"], b["data"])
+    return _strict_equal(value, expected)
+
+
+def _strict_equal(a: Any, b: Any) -> bool:
+    """JSON equality that tells ``True`` from ``1`` and ``1`` from ``1.0``."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_strict_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_strict_equal(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("tensor", "ndarray")
+
+
+def _array(value: Any) -> dict[str, Any]:
+    return next(iter(value.values()))
+
+
+def _numbers(data: Any) -> np.ndarray:
+    """Decode recorded values (nested lists, ``{"float": "nan"}``, complex as pairs) to a float array."""
+
+    def decode(item: Any) -> Any:
+        if isinstance(item, dict):
+            return float(item["float"])
+        if isinstance(item, list):
+            return [decode(x) for x in item]
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise TypeError(f"not a number: {item!r}")
+        return float(item)
+
+    return np.asarray(decode(data), dtype=np.float64)
+
+
+def _close(value: Any, expected: Any, rule: dict[str, Any]) -> bool | None:
+    """As ``torch.testing.assert_close`` with the rule's rtol and atol: shapes, devices, dtypes (if asked), values."""
+    if not (_is_array(value) and _is_array(expected)):
+        return False
+    a, b = _array(value), _array(expected)
+    if a["shape"] != b["shape"] or a["device"] != b["device"]:
+        return False
+    if rule.get("check_dtype", True) and a["dtype"] != b["dtype"]:
+        return False
+    if a["data"] is None or b["data"] is None:
+        return None
+    try:
+        actual, wanted = _numbers(a["data"]), _numbers(b["data"])
+    except (TypeError, KeyError, ValueError):
+        return False
+    if actual.shape != wanted.shape or np.isnan(actual).any() or np.isnan(wanted).any():
+        return False
+    infinite = np.isinf(wanted) | np.isinf(actual)
+    if not np.array_equal(actual[infinite], wanted[infinite]):
+        return False
+    finite = ~infinite
+    bound = float(rule["atol"]) + float(rule["rtol"]) * np.abs(wanted[finite])
+    return bool(np.all(np.abs(actual[finite] - wanted[finite]) <= bound))
+
+
+def _same_device(value: Any, expected: Any) -> bool:
+    if not isinstance(value, str) or not isinstance(expected, str):
+        return False
+    kind, _, index = value.partition(":")
+    expected_kind, _, expected_index = expected.partition(":")
+    return kind == expected_kind and (not expected_index or index == expected_index)
+
+
+_REFERENCES: dict[tuple[str, str], dict[str, list[Any]]] = {}
+"""Reference records per (course root, assignment), computed once per process: nbgrader makes a new
+preprocessor instance for every notebook, and runs one autograde process per assignment and batch."""
+
+
+class CompareRecords(NbGraderPreprocessor):
+    """nbgrader autograde preprocessor: fail every test cell whose records do not pass against the reference's."""
+
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        assignment_id = resources["nbgrader"]["assignment"]
+        root = str(self.config.get("CourseDirectory", {}).get("root") or os.getcwd())
+        if (root, assignment_id) not in _REFERENCES:
+            self.log.info("Running the reference solution of %s for its check records", assignment_id)
+            _REFERENCES[(root, assignment_id)] = reference_records(Course(Path(root)), assignment_id)
+        reference = _REFERENCES[(root, assignment_id)]
+        for cell in nb.cells:
+            if not is_autograder_tests(cell) or not reference.get(grade_id(cell)):
+                continue
+            if any(output.get("output_type") == "error" for output in cell.get("outputs", [])):
+                continue  # nbgrader scores it 0 already
+            problem = first_mismatch(cell_records(cell), reference[grade_id(cell)])
+            if problem is not None:
+                cell.outputs.append(
+                    nbformat.v4.new_output("error", ename=MISMATCH, evalue=problem, traceback=[problem])
+                )
+        return nb, resources

@@ -1,0 +1,118 @@
+"""The verdict outside the kernel: it judges recorded values as the check helpers do, and fails forged cells."""
+
+import numpy as np
+import pytest
+import torch
+
+from autograder import checks
+from autograder.checks import (
+    check_close,
+    check_device,
+    check_dtype,
+    check_equal,
+    check_raises,
+    check_shape,
+    check_shares_memory,
+)
+from autograder.verdict import first_mismatch, passes
+
+x = torch.arange(6.0).reshape(2, 3)
+
+
+def raise_value_error():
+    raise ValueError("label 5 is outside [0, 3)")
+
+
+def raise_key_error():
+    raise KeyError("k")
+
+
+def nothing():
+    return None
+
+
+CASES = {
+    "shape_same": lambda: check_shape(x, (2, 3), label="l"),
+    "shape_other": lambda: check_shape(x, (3, 2), label="l"),
+    "shape_of_a_list": lambda: check_shape([1, 2], (2,), label="l"),
+    "dtype_same": lambda: check_dtype(x, torch.float32, label="l"),
+    "dtype_other": lambda: check_dtype(x, torch.float64, label="l"),
+    "dtype_numpy_same": lambda: check_dtype(np.zeros(2, np.float32), np.float32, label="l"),
+    "dtype_numpy_vs_torch": lambda: check_dtype(np.zeros(2, np.float32), torch.float32, label="l"),
+    "device_same": lambda: check_device(x, "cpu", label="l"),
+    "device_other": lambda: check_device(x, "meta", label="l"),
+    "equal_tensor": lambda: check_equal(x, torch.arange(6.0).reshape(2, 3), label="l"),
+    "equal_tensor_value": lambda: check_equal(x, x + 1, label="l"),
+    "equal_tensor_dtype": lambda: check_equal(x, x.double(), label="l"),
+    "equal_int": lambda: check_equal(3, 3, label="l"),
+    "equal_bool_for_int": lambda: check_equal(True, 1, label="l"),
+    "equal_str": lambda: check_equal("a", "b", label="l"),
+    "equal_tuple": lambda: check_equal((1, 2), (1, 2), label="l"),
+    "equal_ndarray": lambda: check_equal(np.arange(3), np.arange(3), label="l"),
+    "equal_object": lambda: check_equal(object(), 3, label="l"),
+    "close_within": lambda: check_close(x, x + 1e-7, label="l"),
+    "close_outside": lambda: check_close(x, x + 1e-3, label="l"),
+    "close_custom_tolerance": lambda: check_close(x, x + 1e-3, label="l", atol=1e-2, rtol=0),
+    "close_dtype": lambda: check_close(x.double(), x, label="l"),
+    "close_dtype_ignored": lambda: check_close(x.double(), x, label="l", check_dtype=False),
+    "close_shape": lambda: check_close(x, x.t(), label="l"),
+    "close_nan": lambda: check_close(torch.tensor([float("nan")]), torch.tensor([0.0]), label="l"),
+    "close_inf": lambda: check_close(torch.tensor([float("inf")]), torch.tensor([float("inf")]), label="l"),
+    "close_python_float": lambda: check_close(0.5, 0.5, label="l"),
+    "close_list_expected": lambda: check_close(torch.tensor([1.0, 2.0]), [1.0, 2.0], label="l"),
+    "close_not_a_tensor": lambda: check_close("x", 1.0, label="l"),
+    "raises_right": lambda: _raises(ValueError, raise_value_error),
+    "raises_subclass": lambda: _raises(LookupError, raise_key_error),
+    "raises_wrong": lambda: _raises(ValueError, raise_key_error),
+    "raises_nothing": lambda: _raises(ValueError, nothing),
+    "raises_match": lambda: _raises(ValueError, raise_value_error, match="outside"),
+    "raises_no_match": lambda: _raises(ValueError, raise_value_error, match="inside"),
+    "shares_view": lambda: check_shares_memory(x[0], x, label="l"),
+    "shares_copy": lambda: check_shares_memory(x.clone(), x, label="l"),
+    "shares_copy_expected": lambda: check_shares_memory(x.clone(), x, label="l", expected=False),
+}
+
+
+def _raises(expected, body, match=None):
+    with check_raises(expected, label="l", match=match):
+        body()
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_verdict_outside_agrees_with_the_check_inside(name):
+    checks.records.clear()
+    try:
+        CASES[name]()
+        inside = True
+    except AssertionError:
+        inside = False
+    record = checks.records[-1]
+    assert passes(record["check"], record["value"], record["expected"], record["rule"]) is inside
+
+
+def record_of(call):
+    checks.records.clear()
+    try:
+        call()
+    except AssertionError:
+        pass
+    return checks.records[-1]
+
+
+def test_a_cell_fails_on_missing_extra_reordered_or_forged_records():
+    right = [record_of(CASES["close_within"]), record_of(CASES["shape_same"])]
+    assert first_mismatch(right, right) is None
+    assert first_mismatch(right[:1], right) == "check 2 of 2 (l) did not run"
+    assert first_mismatch([], right) == "check 1 of 2 (l) did not run"
+    assert first_mismatch(right + right[:1], right) == "1 check record(s) more than the tests make"
+    assert first_mismatch(right[::-1], right) == "check 1 of 2 (l): a different check ran in its place"
+    off = record_of(lambda: check_close(x + 1e-3, x, label="l"))["value"]
+    forged = [{**right[0], "value": off}, right[1]]
+    assert first_mismatch(forged, right) == "check 1 of 2 (l) failed when judged outside the kernel"
+    assert first_mismatch(["not a record", right[1]], right) == "check 1 of 2 (l): a different check ran in its place"
+
+
+def test_large_arrays_recorded_without_values_are_left_to_the_kernel():
+    big = torch.zeros(checks.MAX_RECORDED_ELEMENTS + 1)
+    record = record_of(lambda: check_close(big, big, label="l"))
+    assert passes(record["check"], record["value"], record["expected"], record["rule"]) is None
