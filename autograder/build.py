@@ -21,8 +21,17 @@ from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 from .course import CHECKS_MODULE, Course, CourseError, generate_assignment, strip_markers
 
 NBVAL_RAISES = "NBVAL_RAISES_EXCEPTION"
-REFERENCE_ENV = {"COURSE_DEVICE": "cpu", "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": "", "TQDM_DISABLE": "1"}
-"""Environment of the kernels that execute reference notebooks (CI is CPU-only)."""
+REFERENCE_ENV = {
+    "COURSE_DEVICE": "cpu",
+    "PYTHONHASHSEED": "0",
+    "CUDA_VISIBLE_DEVICES": "",
+    "TQDM_DISABLE": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+"""Environment of the kernels that execute reference notebooks (CI is CPU-only). One thread: LAPACK
+results (e.g. ``torch.linalg.lstsq``) change in their last bits with the number of threads MKL picks
+under load, and a rebuild must reproduce notebooks/ byte for byte."""
 CELL_TIMEOUT_S = 600
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import nbformat
 
 from .build import generate_release, reference_cells
+from .checks import RECORD_VERSION
 from .course import (
     CHECKS_MODULE,
     HIDDEN_TEST_MARKERS,
@@ -30,6 +31,7 @@ from .course import (
     read_notebook,
     regions,
 )
+from .verdict import cell_records
 
 
 def check(course: Course) -> list[str]:
@@ -121,7 +123,7 @@ def leak_findings(source: nbformat.NotebookNode, release: nbformat.NotebookNode)
 
 
 def reference_findings(course: Course, assignment_id: str) -> list[str]:
-    """Staleness of notebooks/<id>.ipynb against source/, unexecuted cells and stderr."""
+    """Staleness of notebooks/<id>.ipynb against source/, unexecuted cells, stderr, test cells without records."""
     path = course.reference_notebook(assignment_id)
     where = f"notebooks/{assignment_id}.ipynb"
     if not path.exists():
@@ -140,6 +142,13 @@ def reference_findings(course: Course, assignment_id: str) -> list[str]:
             findings.append(f"{where}: cell {index} has not been executed")
         if any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs):
             findings.append(f"{where}: cell {index} has stderr output")
+        if is_autograder_tests(cell) and not cell_records(cell):
+            findings.append(
+                f"{where}: test cell {grade_id(cell)} records no check (use the helpers in checks.py), "
+                "so the verdict outside the kernel cannot judge it"
+            )
+        elif is_autograder_tests(cell) and any(r.get("version") != RECORD_VERSION for r in cell_records(cell)):
+            findings.append(f"{where}: test cell {grade_id(cell)} holds old check records; run build")
     return findings
 
 

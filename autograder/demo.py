@@ -46,8 +46,8 @@ def mismatches_of(result: report.SubmissionResult, sample: Sample) -> list[str]:
     """How a graded sample differs from what it must get, one line per grade cell."""
     got = {task.grade_id: task.score for task in result.tasks}
     where = f"{sample.student_id}/{sample.assignment_id}"
-    if result.status != "ok":
-        return [f"{where}: {result.status} ({'; '.join(result.notes)})"]
+    if result.status != sample.expected_status:
+        return [f"{where}: status {result.status} instead of {sample.expected_status} ({'; '.join(result.notes)})"]
     return [
         f"{where}: {name} scored {got.get(name)} instead of {score:g}"
         for name, score in sample.expected.items()

@@ -37,7 +37,7 @@ class Submission:
     notes: list[str] = field(default_factory=list)
     """What intake did to it (e.g. a renamed notebook, repairs), shown to the instructor."""
     status: str = "ok"
-    """``ok``, ``repaired`` or ``invalid notebook``: see :func:`place`."""
+    """``ok``, ``repaired``, ``review`` or ``invalid notebook``: see :func:`place`."""
 
 
 @dataclass
@@ -105,8 +105,10 @@ def place(course: Course, submission: Submission, *, release: NotebookNode) -> P
     notebook under another name (a browser's ``01_tensors (1).ipynb``) is
     taken with a note. It is rebuilt on the structure of ``release`` by
     :func:`autograder.structure.normalise`, and ``submission.status`` says
-    what happened: ``ok``, ``repaired`` (notes say what) or ``invalid notebook``
-    (graded as the unchanged release, so every autograded cell scores 0).
+    what happened: ``ok``, ``repaired`` (notes say what), ``review`` (its code
+    touches the grading machinery: graded as usual, to be read by a person) or
+    ``invalid notebook`` (graded as the unchanged release, so every autograded
+    cell scores 0).
     Other files are not copied, so nothing a student adds (a ``torch.py``, a
     ``checks.py``) can shadow a module the tests import; only nbgrader's
     ``timestamp.txt`` (the submission time, for late penalties) is kept.
@@ -132,7 +134,17 @@ def place(course: Course, submission: Submission, *, release: NotebookNode) -> P
         normalised = structure.normalise(chosen.read_bytes(), release=release)
     nbformat.write(normalised.notebook, destination / expected)
     submission.notes.extend(normalised.repairs)
-    submission.status = "invalid notebook" if not normalised.readable else "repaired" if normalised.repairs else "ok"
+    if normalised.review:
+        submission.notes.append(f"touches the grading machinery, read it: {'; '.join(normalised.review[:5])}")
+    submission.status = (
+        "invalid notebook"
+        if not normalised.readable
+        else "review"
+        if normalised.review
+        else "repaired"
+        if normalised.repairs
+        else "ok"
+    )
 
     skipped = []
     for path in sorted(p for p in submission.folder.rglob("*") if p.is_file() and p != chosen):

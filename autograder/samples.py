@@ -52,6 +52,8 @@ class Sample:
     notebook: nbformat.NotebookNode
     expected: dict[str, float]
     """grade_id -> expected score (manually graded answers: 0 until an instructor grades them)."""
+    expected_status: str = "ok"
+    """Hostile submissions touch the grading machinery, so grading must flag them ``review``."""
 
     @property
     def expected_total(self) -> float:
@@ -90,7 +92,8 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
             if grade_id(cell) == variant["cell"]:
                 cell.source = variant["source"].strip("\n")
         expected = {name: (0.0 if name in variant["loses"] else score) for name, score in points.items()}
-        found.append(Sample(f"{kind}_{variant['name']}", assignment_id, notebook, {**expected, **manual}))
+        status = "review" if kind == "hostile" else "ok"
+        found.append(Sample(f"{kind}_{variant['name']}", assignment_id, notebook, {**expected, **manual}, status))
     return found
 
 

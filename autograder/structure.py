@@ -27,12 +27,23 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 
 import nbformat
 from nbformat import NotebookNode
 
 from .course import grade_id, is_solution
+
+GRADING_MACHINERY = re.compile(
+    r"\bimport\s+checks\b|\bfrom\s+checks\b|\bchecks\s*\.\s*\w"
+    r"|\b(?:get_ipython|_record|builtins|__builtins__|__torch_function__|RECORD_MIME_TYPE)\b"
+    r"|\bsys\s*\.\s*(?:modules|settrace|setprofile|exit)\b|\bos\s*\.\s*_exit\b"
+    r"|^\s*def\s+check_\w+|^\s*(?:check_\w+|torch(?:\.\w+)+|np(?:\.\w+)+|numpy(?:\.\w+)+)\s*=",
+    re.MULTILINE,
+)
+"""Code a student rarely needs and an attack on the grading does: the check helpers or their module,
+IPython's machinery, interpreter hooks, or a library function replaced (``torch.equal = ...``)."""
 
 EXECUTION_TAGS = frozenset({"skip-execution", "raises-exception"})
 """Cell tags that nbclient (and so nbgrader) obeys when it executes a notebook: they are never taken from a student."""
@@ -51,6 +62,8 @@ class Normalised:
     """False when the file could not be read and the unchanged release stands in for it."""
     repairs: list[str] = field(default_factory=list)
     """One sentence per repair, for the student's and instructor's report."""
+    review: list[str] = field(default_factory=list)
+    """Code that touches the grading machinery (see :data:`GRADING_MACHINERY`), quoted for a person to read."""
 
 
 def parse(raw: bytes) -> tuple[NotebookNode, list[str]]:
@@ -120,7 +133,20 @@ def normalise(raw: bytes, *, release: NotebookNode) -> Normalised:
     for key in ("kernelspec", "language_info"):
         if submitted.metadata.get(key, {}).get("name") != release.metadata.get(key, {}).get("name"):
             repairs.append(f"notebook metadata {key} changed: the release's is used")
-    return Normalised(notebook=notebook, readable=True, repairs=repairs)
+    review = [
+        f"cell {index}: {match.group(0).strip()!r}"
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code" and _student_written(cell)
+        for match in [GRADING_MACHINERY.search(cell.source)]
+        if match
+    ]
+    return Normalised(notebook=notebook, readable=True, repairs=repairs, review=review)
+
+
+def _student_written(cell: NotebookNode) -> bool:
+    """A code cell whose source comes from the student (a solution, an added cell or an unlocked example)."""
+    nbgrader = cell.metadata.get("nbgrader", {})
+    return bool(nbgrader.get("solution")) or not nbgrader.get("locked", False)
 
 
 def blank(release: NotebookNode) -> NotebookNode:

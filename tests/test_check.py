@@ -4,8 +4,8 @@ import json
 
 import nbformat
 
-from autograder.check import leak_findings, source_findings
-from autograder.course import read_notebook
+from autograder.check import leak_findings, reference_findings, source_findings
+from autograder.course import grade_id, is_autograder_tests, read_notebook
 
 
 def make_tests_cell(grade_id, points=1, source="check_equal(f(1), 2, label='f(1)')"):
@@ -106,3 +106,17 @@ def test_check_passes_on_the_course_and_fails_on_a_planted_solution_line(course_
     assert failed.returncode == 1
     assert f"holds solution code: {solution_line!r}" in failed.stdout
     assert "is stale" in failed.stdout
+
+
+def test_reference_findings_name_a_test_cell_whose_checks_record_nothing(course_copy):
+    assignment_id = course_copy.assignment_ids()[0]
+    path = course_copy.reference_notebook(assignment_id)
+    stored = read_notebook(path)
+    assert reference_findings(course_copy, assignment_id) == []
+    tests = next(cell for cell in stored.cells if is_autograder_tests(cell))
+    tests.outputs = [o for o in tests.outputs if o.output_type != "display_data"]
+    nbformat.write(stored, path)
+    assert reference_findings(course_copy, assignment_id) == [
+        f"notebooks/{assignment_id}.ipynb: test cell {grade_id(tests)} records no check (use the helpers in "
+        "checks.py), so the verdict outside the kernel cannot judge it"
+    ]

@@ -154,3 +154,12 @@ def test_retyped_cells_metadata_kernelspec_and_order_come_from_the_release():
 def test_the_result_is_a_valid_notebook():
     nbformat.validate(normalised(student_notebook()).notebook)
     json.dumps(normalised(student_notebook()).notebook)
+
+
+def test_code_that_touches_the_grading_machinery_is_quoted_for_review():
+    notebook = student_notebook()
+    find(notebook, grade_id(SOLUTION)).source = "import checks\n" + ANSWER
+    result = normalised(notebook)
+    assert result.repairs == []
+    assert len(result.review) == 1 and result.review[0].endswith("'import checks'")
+    assert normalised(student_notebook()).review == []
