@@ -171,3 +171,38 @@ def test_default_device_honours_course_device(monkeypatch):
     assert default_device() == torch.device("mps")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert default_device() == torch.device("cuda")
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "options"),
+    [
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 1e-6]), {}),
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.1]), {}),
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.1]), {"rtol": 0.1, "atol": 0.0}),
+        (torch.tensor([float("nan")]), torch.tensor([float("nan")]), {}),
+        (torch.tensor([float("inf"), 1.0]), torch.tensor([float("inf"), 1.0]), {}),
+        (torch.tensor([float("-inf")]), torch.tensor([float("inf")]), {}),
+        (torch.tensor([1, 2]), torch.tensor([1, 3]), {}),
+        (torch.tensor([1.0], dtype=torch.float64), torch.tensor([1.0]), {}),
+        (torch.tensor([1.0], dtype=torch.float64), torch.tensor([1.0]), {"check_dtype": False}),
+        (torch.tensor([1 + 1j]), torch.tensor([1 + 1.001j]), {}),
+        (torch.zeros(2, 3), torch.zeros(3, 2), {}),
+        (torch.zeros(0, 3), torch.zeros(0, 3), {}),
+        (torch.tensor([True, False]), torch.tensor([True, True]), {}),
+        (torch.tensor(1.0, dtype=torch.bfloat16), torch.tensor(1.004, dtype=torch.bfloat16), {}),
+    ],
+)
+def test_check_close_judges_as_torch_testing_assert_close(actual, expected, options):
+    rtol, atol = options.get("rtol"), options.get("atol")
+    check_dtype = options.get("check_dtype", True)
+    try:
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, check_dtype=check_dtype)
+        torch_passes = True
+    except AssertionError:
+        torch_passes = False
+    try:
+        check_close(actual, expected, label="x", rtol=rtol, atol=atol, check_dtype=check_dtype)
+        ours_passes = True
+    except AssertionError:
+        ours_passes = False
+    assert ours_passes == torch_passes
