@@ -74,6 +74,8 @@ def _demo(course: Course, args: argparse.Namespace) -> int:
 
     result = demo(course, assignment_ids=args.assignments or None)
     print(result.table)
+    print()
+    print(result.summary)
     for mismatch in result.mismatches:
         print(f"MISMATCH {mismatch}")
     print(

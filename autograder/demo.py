@@ -17,6 +17,9 @@ class DemoResult:
     table: str
     mismatches: list[str]
     """Samples whose grades differ from what they must get (empty when the course grades as designed)."""
+    summary: str
+    """Per assignment and in total: reference at full marks, release at zero, wrong answers and hostile
+    submissions caught (they lost exactly their cells' points), valid alternatives wrongly penalised."""
 
 
 def demo(course: Course, assignment_ids: list[str] | None = None) -> DemoResult:
@@ -38,8 +41,26 @@ def demo(course: Course, assignment_ids: list[str] | None = None) -> DemoResult:
     by_key = {(s.student_id, s.assignment_id): s for s in found}
     expected = [by_key[(r.student_id, r.assignment_id)] for r in grading.results]
     table = report.table(grading.results, extra={"expected": [f"{s.expected_total:g}" for s in expected]})
-    mismatches = [m for result, sample in zip(grading.results, expected) for m in mismatches_of(result, sample)]
-    return DemoResult(table=table, mismatches=mismatches)
+    problems = {(r.student_id, r.assignment_id): mismatches_of(r, s) for r, s in zip(grading.results, expected)}
+    mismatches = [line for lines in problems.values() for line in lines]
+    return DemoResult(table=table, mismatches=mismatches, summary=summary(chosen, problems))
+
+
+def summary(assignment_ids: list[str], problems: dict[tuple[str, str], list[str]]) -> str:
+    """One row per assignment and a total: how many samples of each kind graded as they must (``got/all``)."""
+    kinds = [("reference", "reference at full marks"), ("unchanged_release", "release at zero")]
+    kinds += [("wrong_", "wrong answers caught"), ("hostile_", "hostile caught"), ("valid_", "valid alternatives kept")]
+    header = ["assignment", *(title for _, title in kinds)]
+    rows = []
+    for assignment in [*assignment_ids, "total"]:
+        row = [assignment]
+        for prefix, _ in kinds:
+            chosen = [
+                p for (student, a), p in problems.items() if student.startswith(prefix) and assignment in (a, "total")
+            ]
+            row.append(f"{sum(1 for p in chosen if not p)}/{len(chosen)}")
+        rows.append(row)
+    return report.columns(header, rows)
 
 
 def mismatches_of(result: report.SubmissionResult, sample: Sample) -> list[str]:

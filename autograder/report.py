@@ -165,6 +165,11 @@ def table(results: list[SubmissionResult], *, extra: dict[str, list[str]] | None
         headers.insert(-1, header)
         for row, value in zip(rows, values):
             row.insert(-1, value)
+    return columns(headers, rows)
+
+
+def columns(headers: list[str], rows: list[list[str]]) -> str:
+    """Plain-text table: left-aligned columns two spaces apart, a rule under the headers."""
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
     lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [headers, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))

@@ -14,6 +14,11 @@ tables with the same fields, ``trick`` instead of ``mistake``; student ids
 ``hostile_<name>``) pair a wrong answer with an attack on the grading: the
 cells in ``loses`` must score 0 however the kernel was tricked.
 
+Valid alternatives (``[[valid_alternative]]`` tables in the wrong answers'
+file: ``name``, ``cell``, ``note`` saying how it differs, ``source``; no
+``loses``; student ids ``valid_<name>``) are other correct solutions, which
+must keep full marks: tests must not judge a choice the task leaves free.
+
 Submissions are composed from the release notebook (what a student starts
 from) with solution cells filled in from source/, so they never go stale.
 """
@@ -65,7 +70,8 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
 
     Raises:
         CourseError: a wrong answer names a cell or test the notebook lacks,
-            or loses no test cell (a "wrong" answer that must keep full marks).
+            or loses no test cell (a "wrong" answer that must keep full marks),
+            or a valid alternative loses one.
     """
     source = read_notebook(course.source_notebook(assignment_id))
     release = read_notebook(course.release_notebook(assignment_id))
@@ -82,8 +88,11 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
     ]
     for kind, variant in variants(assignment_id):
         what = f"{kind} {variant['name']!r} of {assignment_id}"
-        unknown = [name for name in variant["loses"] if name not in points]
-        if not variant["loses"]:
+        loses = variant.get("loses", [])
+        unknown = [name for name in loses if name not in points]
+        if kind == "valid" and loses:
+            raise CourseError(f"{what} is a valid alternative but loses {loses}")
+        if kind != "valid" and not loses:
             raise CourseError(f"{what} loses no test cell")
         if variant["cell"] not in solutions or unknown:
             raise CourseError(f"{what} names unknown cells: {variant['cell']!r} {unknown}")
@@ -91,13 +100,17 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
         for cell in notebook.cells:
             if grade_id(cell) == variant["cell"]:
                 cell.source = variant["source"].strip("\n")
-        expected = {name: (0.0 if name in variant["loses"] else score) for name, score in points.items()}
+        expected = {name: (0.0 if name in loses else score) for name, score in points.items()}
         status = "review" if kind == "hostile" else "ok"
         found.append(Sample(f"{kind}_{variant['name']}", assignment_id, notebook, {**expected, **manual}, status))
     return found
 
 
-VARIANT_FILES = {"wrong": (SAMPLES_DIR, "wrong_answer"), "hostile": (HOSTILE_DIR, "hostile")}
+VARIANT_FILES = {
+    "wrong": (SAMPLES_DIR, "wrong_answer"),
+    "valid": (SAMPLES_DIR, "valid_alternative"),
+    "hostile": (HOSTILE_DIR, "hostile"),
+}
 """Student-id prefix -> (folder of ``<assignment_id>.toml`` files, name of their tables)."""
 
 

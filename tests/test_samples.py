@@ -31,3 +31,33 @@ def test_a_wrong_answer_must_name_real_cells_and_lose_something(monkeypatch, ent
     course = Course(ROOT)
     with pytest.raises(CourseError, match=message):
         samples(course, course.assignment_ids()[0])
+
+
+def test_a_valid_alternative_must_keep_every_point(monkeypatch):
+    course = Course(ROOT)
+    assignment_id = course.assignment_ids()[0]
+    reference = next(s for s in samples(course, assignment_id) if s.student_id == "reference")
+    solution = next(c for c in reference.notebook.cells if is_solution(c) and c.cell_type == "code")
+    entry = {"name": "same", "cell": solution.metadata["nbgrader"]["grade_id"], "source": solution.source}
+    monkeypatch.setattr(samples_module, "variants", lambda assignment_id: [("valid", entry)])
+    valid = next(s for s in samples(course, assignment_id) if s.student_id == "valid_same")
+    assert valid.expected == reference.expected
+    monkeypatch.setattr(samples_module, "variants", lambda assignment_id: [("valid", {**entry, "loses": ["x"]})])
+    with pytest.raises(CourseError, match="is a valid alternative but loses"):
+        samples(course, assignment_id)
+
+
+def test_the_demo_summary_counts_samples_that_graded_as_they_must():
+    from autograder.demo import summary
+
+    problems = {
+        ("reference", "01_a"): [],
+        ("wrong_x", "01_a"): ["scored 2"],
+        ("wrong_y", "02_b"): [],
+        ("valid_z", "02_b"): [],
+    }
+    lines = summary(["01_a", "02_b"], problems).splitlines()
+    assert lines[0].split("  ")[0] == "assignment"
+    assert lines[2].split() == ["01_a", "1/1", "0/0", "0/1", "0/0", "0/0"]
+    assert lines[3].split() == ["02_b", "0/0", "0/0", "1/1", "0/0", "1/1"]
+    assert lines[4].split() == ["total", "1/1", "0/0", "1/2", "0/0", "1/1"]
