@@ -18,9 +18,10 @@ import nbformat
 from nbclient import NotebookClient
 from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
-from .course import CHECKS_MODULE, Course, CourseError, generate_assignment, strip_markers
+from .course import CHECKS_MODULE, Course, CourseError, generate_assignment, read_notebook, strip_markers
 
 NBVAL_RAISES = "NBVAL_RAISES_EXCEPTION"
+NBVAL_IGNORE = "NBVAL_IGNORE_OUTPUT"
 REFERENCE_ENV = {
     "COURSE_DEVICE": "cpu",
     "PYTHONHASHSEED": "0",
@@ -89,10 +90,28 @@ def executed_reference(course: Course, assignment_id: str) -> nbformat.NotebookN
 
 
 def write_reference(course: Course, assignment_id: str, executed: nbformat.NotebookNode) -> Path:
-    """Store an executed reference notebook as notebooks/<id>.ipynb."""
+    """Store an executed reference notebook as notebooks/<id>.ipynb.
+
+    Cells marked ``# NBVAL_IGNORE_OUTPUT`` (timings, benchmark plots) keep the
+    outputs already stored for them while their source is unchanged, so a
+    rebuild without source changes leaves notebooks/ as it was.
+    """
     path = course.reference_notebook(assignment_id)
+    if path.exists():
+        stored = {cell.get("id"): cell for cell in read_notebook(path).cells}
+        for cell in executed.cells:
+            previous = stored.get(cell.get("id"))
+            if _marked(cell, NBVAL_IGNORE) and previous is not None and previous.source == cell.source:
+                cell.outputs = previous.outputs
     nbformat.write(executed, path)
     return path
+
+
+def _marked(cell: nbformat.NotebookNode, marker: str) -> bool:
+    """Whether a code cell carries an nbval marker comment (``# NBVAL_...``) on a line of its own."""
+    return cell.cell_type == "code" and any(
+        line.strip().lstrip("#").strip() == marker for line in cell.source.splitlines()
+    )
 
 
 def execute_notebook(notebook: nbformat.NotebookNode, *, cwd: Path, env: dict[str, str]) -> nbformat.NotebookNode:
@@ -138,7 +157,7 @@ def reference_problems(notebook: nbformat.NotebookNode) -> list[str]:
         if cell.cell_type != "code":
             continue
         where = f"cell {index} ({cell.get('id', '?')})"
-        marked = any(line.strip().lstrip("#").strip() == NBVAL_RAISES for line in cell.source.splitlines())
+        marked = _marked(cell, NBVAL_RAISES)
         errors = [o for o in cell.outputs if o.output_type == "error"]
         if errors and not marked:
             problems.append(f"{where} raised {errors[0].ename}: {errors[0].evalue}")
