@@ -27,6 +27,12 @@ Record format (JSON object, one per check, in the order the checks ran)::
               | {"kind": "device"} | {"kind": "raises", "match": str | null}
     }
 
+The grader judges a student's value against the *reference run's* expected
+value, so an expected value must be the same in every run of the reference
+solution: never an ``id()``, a ``data_ptr()``, a time, or anything computed
+from the student's result. Compare such things in the test and check the
+boolean (``check_equal(x.data_ptr() == pointer, True, label=...)``).
+
 Per check: ``shape`` records shapes as lists; ``dtype`` dtypes as strings
 (``"torch.float32"``, or NumPy's ``"float32"``); ``device`` device strings
 (an expected ``"cuda"`` matches any index); ``close`` both sides as tensors
