@@ -1,0 +1,443 @@
+"""Check helpers for the PyTorch Tensors course: the only assertions test cells use.
+
+Every check does two things:
+
+1. It asserts, and on failure raises ``AssertionError`` with a message a
+   student can act on: the check's label on the first line, then what was
+   wrong and what to look at.
+   Nothing is ever written to stderr.
+2. It records the value it checked as a cell output, so that a later stage
+   can compare values outside the kernel. Inside IPython a record is a
+   ``display_data`` output whose data holds an empty ``text/plain`` (so
+   JupyterLab and feedback pages show nothing) and the record under
+   :data:`RECORD_MIME_TYPE`. Outside IPython records are only kept in
+   :data:`records`.
+
+Record format (JSON object, one per check, in the order the checks ran)::
+
+    {
+      "version": 1,
+      "check": "close" | "equal" | "shape" | "dtype" | "device" | "raises" | "shares_memory",
+      "label": "<what the test checked, as written in the test>",
+      "value": <the checked value, encoded as below>,
+      "rule": {"kind": "exact"} | {"kind": "close", "rtol": float, "atol": float}
+    }
+
+Value encoding (:func:`encode_value`): ``None``, bools, ints, strings and
+finite floats as themselves; non-finite floats as ``{"float": "nan" | "inf" |
+"-inf"}``; tuples, lists and ``torch.Size`` as lists; dicts with string keys
+as dicts; ``torch.dtype`` and ``torch.device`` as ``{"dtype": "torch.float32"}``
+and ``{"device": "cpu"}``; tensors and NumPy arrays as ``{"tensor" | "ndarray":
+{"dtype", "shape", "device", "data"}}`` where ``data`` is the nested list of
+values (complex numbers as ``[real, imag]``) when the array has at most
+:data:`MAX_RECORDED_ELEMENTS` elements and ``None`` otherwise; exceptions as
+``{"exception": "<type name>"}``; anything else as ``{"type": "<type name>"}``.
+
+This file is copied next to every assignment notebook (``checks.py``), so it
+depends only on the standard library, NumPy, PyTorch and (optionally) IPython.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+RECORD_MIME_TYPE = "application/vnd.pytorch-tensors-course.check+json"
+"""MIME type of the ``display_data`` outputs that carry check records."""
+
+RECORD_VERSION = 1
+MAX_RECORDED_ELEMENTS = 10_000
+"""Arrays with more elements are recorded without their values."""
+
+records: list[dict[str, Any]] = []
+"""Every record made in this process, in order (also when not in IPython)."""
+
+_COURSE_DEVICE_VARIABLE = "COURSE_DEVICE"
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def default_device() -> torch.device:
+    """Return the device the course runs on.
+
+    ``COURSE_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``) overrides the
+    choice; otherwise CUDA, then Apple MPS, then the CPU.
+
+    Raises:
+        ValueError: ``COURSE_DEVICE`` names no device type PyTorch knows.
+        RuntimeError: ``COURSE_DEVICE`` names a device this machine lacks.
+    """
+    requested = os.environ.get(_COURSE_DEVICE_VARIABLE, "").strip()
+    if requested:
+        try:
+            device = torch.device(requested)
+        except RuntimeError as error:
+            raise ValueError(
+                f"{_COURSE_DEVICE_VARIABLE}={requested!r} is not a device; use cpu, cuda, cuda:N or mps"
+            ) from error
+        available = {
+            "cpu": True,
+            "cuda": torch.cuda.is_available(),
+            "mps": torch.backends.mps.is_available(),
+        }.get(device.type, False)
+        if not available:
+            raise RuntimeError(f"{_COURSE_DEVICE_VARIABLE}={requested!r} but this machine has no {device.type} device")
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+# --------------------------------------------------------------------------- records
+
+
+def encode_value(value: Any) -> Any:
+    """Encode ``value`` as JSON-compatible data in the record format above.
+
+    Tensors are detached and copied to the CPU; float tensors are recorded as
+    float64 values, so no precision is lost.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return _encode_float(float(value))
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value)}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if isinstance(value, torch.Tensor):
+        return {"tensor": _encode_array(_tensor_to_numpy(value), dtype=str(value.dtype), device=str(value.device))}
+    if isinstance(value, np.ndarray):
+        return {"ndarray": _encode_array(value, dtype=str(value.dtype), device="cpu")}
+    if isinstance(value, BaseException):
+        return {"exception": type(value).__name__}
+    if isinstance(value, (tuple, list, torch.Size)):
+        return [encode_value(item) for item in value]
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        return {key: encode_value(item) for key, item in value.items()}
+    return {"type": type(value).__name__}
+
+
+def _tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """Detached CPU copy as NumPy; floats widened to float64 (NumPy has no bfloat16)."""
+    tensor = tensor.detach().cpu().resolve_conj().resolve_neg()
+    if tensor.is_complex():
+        tensor = tensor.to(torch.complex128)
+    elif tensor.is_floating_point():
+        tensor = tensor.to(torch.float64)
+    return tensor.numpy()
+
+
+def _encode_float(number: float) -> Any:
+    if math.isfinite(number):
+        return number
+    return {"float": "nan" if math.isnan(number) else ("inf" if number > 0 else "-inf")}
+
+
+def _encode_array(array: np.ndarray, *, dtype: str, device: str) -> dict[str, Any]:
+    data = None
+    if array.size <= MAX_RECORDED_ELEMENTS:
+        data = _encode_nested(array.tolist())
+    return {"dtype": dtype, "shape": list(array.shape), "device": device, "data": data}
+
+
+def _encode_nested(item: Any) -> Any:
+    if isinstance(item, list):
+        return [_encode_nested(element) for element in item]
+    if isinstance(item, complex):
+        return [_encode_float(item.real), _encode_float(item.imag)]
+    if isinstance(item, float):
+        return _encode_float(item)
+    return item
+
+
+def _record(check: str, label: str, value: Any, rule: dict[str, Any]) -> None:
+    record = {"version": RECORD_VERSION, "check": check, "label": label, "value": encode_value(value), "rule": rule}
+    records.append(record)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        display({"text/plain": "", RECORD_MIME_TYPE: record}, raw=True)
+
+
+_EXACT = {"kind": "exact"}
+
+
+def _fail(label: str, message: str) -> AssertionError:
+    # Label and problem on lines of their own: `nbgrader validate` cuts every line at 90 characters.
+    return AssertionError(f"{label}\n{message}")
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_shape(actual: Any, expected: Sequence[int], *, label: str) -> None:
+    """Check that ``actual`` (a tensor or array) has shape ``expected``.
+
+    Raises:
+        AssertionError: ``actual`` has no shape, or a different one.
+    """
+    shape = getattr(actual, "shape", None)
+    _record("shape", label, None if shape is None else tuple(shape), _EXACT)
+    if shape is None:
+        raise _fail(label, f"expected a tensor of shape {tuple(expected)}, got a {type(actual).__name__}")
+    if tuple(shape) != tuple(expected):
+        raise _fail(label, f"expected shape {tuple(expected)}, got {tuple(shape)}")
+
+
+def check_dtype(actual: Any, expected: torch.dtype | np.dtype | type, *, label: str) -> None:
+    """Check that ``actual`` (a tensor or array) has dtype ``expected``.
+
+    Raises:
+        AssertionError: ``actual`` has no dtype, or a different one.
+    """
+    dtype = getattr(actual, "dtype", None)
+    _record("dtype", label, None if dtype is None else str(dtype), _EXACT)
+    if dtype is None:
+        raise _fail(label, f"expected a tensor of dtype {expected}, got a {type(actual).__name__}")
+    if isinstance(actual, np.ndarray):
+        matches = not isinstance(expected, torch.dtype) and dtype == np.dtype(expected)
+    else:
+        matches = dtype == expected
+    if not matches:
+        raise _fail(label, f"expected dtype {expected}, got {dtype}")
+
+
+def check_device(actual: Any, expected: torch.device | str, *, label: str) -> None:
+    """Check that tensor ``actual`` lives on device ``expected``.
+
+    ``expected`` without an index (``"cuda"``) matches any index of that type.
+
+    Raises:
+        AssertionError: ``actual`` is not a tensor, or lives elsewhere.
+    """
+    device = getattr(actual, "device", None)
+    _record("device", label, None if device is None else str(device), _EXACT)
+    expected = torch.device(expected)
+    if not isinstance(device, torch.device):
+        raise _fail(label, f"expected a tensor on {expected}, got a {type(actual).__name__}")
+    same = device.type == expected.type and (expected.index is None or device.index == expected.index)
+    if not same:
+        raise _fail(label, f"expected a tensor on {expected}, got one on {device}; move it with .to(device)")
+
+
+def check_equal(actual: Any, expected: Any, *, label: str) -> None:
+    """Check that ``actual`` equals ``expected`` exactly.
+
+    Tensors must match in shape, dtype and every value (``torch.equal``);
+    arrays likewise (``numpy.array_equal``); anything else is compared with
+    ``==`` after checking the type, so ``True`` does not pass for ``1`` and a
+    list does not pass for a tuple.
+
+    Raises:
+        AssertionError: the values, types, shapes or dtypes differ.
+    """
+    _record("equal", label, actual, _EXACT)
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            raise _fail(label, f"expected a tensor, got a {type(actual).__name__}")
+        same_kind = (tuple(actual.shape), actual.dtype) == (tuple(expected.shape), expected.dtype)
+        if not same_kind:
+            raise _fail(
+                label,
+                f"expected a {expected.dtype} tensor of shape {tuple(expected.shape)}, "
+                f"got a {actual.dtype} tensor of shape {tuple(actual.shape)}",
+            )
+        if not torch.equal(actual.detach().cpu(), expected.detach().cpu()):
+            mismatched = int((actual.detach().cpu() != expected.detach().cpu()).sum())
+            raise _fail(label, f"{mismatched} of {expected.numel()} values differ")
+        return
+    if isinstance(expected, np.ndarray):
+        if not isinstance(actual, np.ndarray):
+            raise _fail(label, f"expected a NumPy array, got a {type(actual).__name__}")
+        if actual.shape != expected.shape or actual.dtype != expected.dtype:
+            raise _fail(
+                label,
+                f"expected a {expected.dtype} array of shape {expected.shape}, "
+                f"got a {actual.dtype} array of shape {actual.shape}",
+            )
+        if not np.array_equal(actual, expected, equal_nan=expected.dtype.kind in "fc"):
+            raise _fail(label, f"{int((actual != expected).sum())} of {expected.size} values differ")
+        return
+    if type(actual) is not type(expected):
+        raise _fail(label, f"expected a {type(expected).__name__}, got a {type(actual).__name__} ({actual!r})")
+    if actual != expected:
+        raise _fail(label, f"expected {expected!r}, got {actual!r}")
+
+
+def check_close(
+    actual: Any,
+    expected: Any,
+    *,
+    label: str,
+    rtol: float | None = None,
+    atol: float | None = None,
+    check_dtype: bool = True,
+) -> None:
+    """Check that ``actual`` is close to ``expected`` element by element.
+
+    Uses ``torch.testing.assert_close`` (shapes, dtypes and devices must
+    match too; pass ``check_dtype=False`` to compare values only). Without
+    ``rtol``/``atol`` PyTorch's defaults for the dtype apply, e.g. float32
+    rtol 1.3e-6, atol 1e-5; float64 rtol 1e-7, atol 1e-7 (PyTorch docs,
+    ``torch.testing.assert_close``). NumPy arrays and Python numbers are
+    accepted on either side, and ``expected`` may be a (nested) list.
+
+    Raises:
+        TypeError: ``expected`` is none of these (a mistake in the test).
+        AssertionError: shapes, dtypes or devices differ, or some value is
+            further from the expected one than ``atol + rtol * |expected|``.
+    """
+    actual_t = _as_tensor(actual)
+    expected_t = _as_tensor(expected) if not isinstance(expected, (list, tuple)) else torch.tensor(expected)
+    if expected_t is None:
+        raise TypeError(f"check_close: expected must be a tensor, array, number or list, not {type(expected).__name__}")
+    if rtol is None or atol is None:
+        default_rtol, default_atol = _default_tolerances(expected_t)
+        rtol = default_rtol if rtol is None else rtol
+        atol = default_atol if atol is None else atol
+    _record("close", label, actual, {"kind": "close", "rtol": rtol, "atol": atol})
+    if actual_t is None:
+        raise _fail(label, f"expected a tensor or number, got a {type(actual).__name__}")
+    try:
+        torch.testing.assert_close(
+            actual_t.detach(),
+            expected_t.detach(),
+            rtol=rtol,
+            atol=atol,
+            check_dtype=check_dtype,
+            check_device=True,
+            equal_nan=False,
+        )
+    except AssertionError as error:
+        raise _fail(label, str(error)) from None
+
+
+def _as_tensor(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, (bool, int, float, np.number)):
+        return torch.tensor(value)
+    return None
+
+
+def _default_tolerances(expected: torch.Tensor | None) -> tuple[float, float]:
+    dtype = torch.float32 if expected is None else expected.dtype
+    table = {
+        torch.float16: (1e-3, 1e-5),
+        torch.bfloat16: (1.6e-2, 1e-5),
+        torch.float32: (1.3e-6, 1e-5),
+        torch.float64: (1e-7, 1e-7),
+        torch.complex64: (1.3e-6, 1e-5),
+        torch.complex128: (1e-7, 1e-7),
+    }
+    return table.get(dtype, (0.0, 0.0))
+
+
+@contextlib.contextmanager
+def check_raises(
+    expected: type[BaseException] | tuple[type[BaseException], ...],
+    *,
+    label: str,
+    match: str | None = None,
+) -> Iterator[None]:
+    """Check that the ``with`` block raises ``expected``.
+
+    ``match``, if given, must occur in the exception's message.
+
+    Raises:
+        AssertionError: the block raised nothing, or another exception, or
+            one whose message lacks ``match``.
+    """
+    names = expected.__name__ if isinstance(expected, type) else " or ".join(e.__name__ for e in expected)
+    try:
+        yield
+    except expected as error:
+        _record("raises", label, error, _EXACT)
+        if match is not None and match not in str(error):
+            raise _fail(label, f"raised {type(error).__name__} as expected, but its message lacks {match!r}") from None
+        return
+    except Exception as error:
+        _record("raises", label, error, _EXACT)
+        raise _fail(label, f"expected {names}, but {type(error).__name__} was raised: {error}") from None
+    _record("raises", label, None, _EXACT)
+    raise _fail(label, f"expected {names}, but nothing was raised")
+
+
+def shares_memory(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> bool:
+    """Return True when the memory ``a`` and ``b`` can reach overlaps.
+
+    Each argument's extent is the byte range from its lowest to its highest
+    addressable element, computed from data pointer, shape, strides and
+    element size, so a view into another tensor's storage shares memory with
+    it, and two disjoint slices of one storage do not. Empty tensors share
+    nothing, and neither do tensors on different devices (NumPy arrays live
+    on the CPU).
+
+    Raises:
+        TypeError: an argument is neither a tensor nor a NumPy array.
+    """
+    if _device_of(a) != _device_of(b):
+        return False
+    span_a, span_b = _byte_extent(a), _byte_extent(b)
+    if span_a is None or span_b is None:
+        return False
+    return span_a[0] < span_b[1] and span_b[0] < span_a[1]
+
+
+def _device_of(x: torch.Tensor | np.ndarray) -> torch.device:
+    return x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
+
+
+def _byte_extent(x: torch.Tensor | np.ndarray) -> tuple[int, int] | None:
+    if isinstance(x, torch.Tensor):
+        if x.numel() == 0:
+            return None
+        pointer, strides, itemsize = x.data_ptr(), [s * x.element_size() for s in x.stride()], x.element_size()
+    elif isinstance(x, np.ndarray):
+        if x.size == 0:
+            return None
+        pointer, strides, itemsize = x.__array_interface__["data"][0], list(x.strides), x.itemsize
+    else:
+        raise TypeError(f"expected a tensor or a NumPy array, got a {type(x).__name__}")
+    low = pointer + sum(stride * (size - 1) for stride, size in zip(strides, x.shape) if stride < 0)
+    high = pointer + sum(stride * (size - 1) for stride, size in zip(strides, x.shape) if stride > 0) + itemsize
+    return low, high
+
+
+def check_shares_memory(actual: Any, other: Any, *, label: str, expected: bool = True) -> None:
+    """Check that ``actual`` shares memory with ``other`` (or, with ``expected=False``, that it does not).
+
+    See :func:`shares_memory` for what sharing means.
+
+    Raises:
+        AssertionError: ``actual`` is not a tensor or array, or sharing is
+            not as expected.
+    """
+    if not isinstance(actual, (torch.Tensor, np.ndarray)):
+        _record("shares_memory", label, None, _EXACT)
+        raise _fail(label, f"expected a tensor, got a {type(actual).__name__}")
+    shared = shares_memory(actual, other)
+    _record("shares_memory", label, shared, _EXACT)
+    if shared and not expected:
+        raise _fail(label, "the result shares memory with the input, but it must be a copy (try .clone())")
+    if not shared and expected:
+        raise _fail(label, "the result is a copy, but it must be a view of the input's memory (no copy)")

@@ -1,0 +1,1 @@
+../../autograder/checks.py
