@@ -6,8 +6,10 @@ Every check does two things:
    student can act on: the check's label on the first line, then what was
    wrong and what to look at.
    Nothing is ever written to stderr.
-2. It records the value it checked as a cell output, so that a later stage
-   can compare values outside the kernel. Inside IPython a record is a
+2. It records the value it checked, the value it expected and its rule as a
+   cell output, so that the grader can judge again outside the kernel (see
+   ``autograder/verdict.py``: a student's values are judged against the
+   expected values and rules recorded by the reference solution's run). Inside IPython a record is a
    ``display_data`` output whose data holds an empty ``text/plain`` (so
    JupyterLab and feedback pages show nothing) and the record under
    :data:`RECORD_MIME_TYPE`. Outside IPython records are only kept in
@@ -16,12 +18,27 @@ Every check does two things:
 Record format (JSON object, one per check, in the order the checks ran)::
 
     {
-      "version": 1,
+      "version": 2,
       "check": "close" | "equal" | "shape" | "dtype" | "device" | "raises" | "shares_memory",
       "label": "<what the test checked, as written in the test>",
       "value": <the checked value, encoded as below>,
-      "rule": {"kind": "exact"} | {"kind": "close", "rtol": float, "atol": float}
+      "expected": <what the check expected, encoded as below>,
+      "rule": {"kind": "exact"} | {"kind": "close", "rtol": float, "atol": float, "check_dtype": bool}
+              | {"kind": "device"} | {"kind": "raises", "match": str | null}
     }
+
+The grader judges a student's value against the *reference run's* expected
+value, so an expected value must be the same in every run of the reference
+solution: never an ``id()``, a ``data_ptr()``, a time, or anything computed
+from the student's result. Compare such things in the test and check the
+boolean (``check_equal(x.data_ptr() == pointer, True, label=...)``).
+
+Per check: ``shape`` records shapes as lists; ``dtype`` dtypes as strings
+(``"torch.float32"``, or NumPy's ``"float32"``); ``device`` device strings
+(an expected ``"cuda"`` matches any index); ``close`` both sides as tensors
+(as :func:`check_close` converts them); ``raises`` the exception raised as
+``{"exception": name, "mro": [names of its classes], "message": text}`` (or
+``None``) against a list of accepted exception names; ``shares_memory`` booleans.
 
 Value encoding (:func:`encode_value`): ``None``, bools, ints, strings and
 finite floats as themselves; non-finite floats as ``{"float": "nan" | "inf" |
@@ -51,7 +68,7 @@ import torch
 RECORD_MIME_TYPE = "application/vnd.pytorch-tensors-course.check+json"
 """MIME type of the ``display_data`` outputs that carry check records."""
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 MAX_RECORDED_ELEMENTS = 10_000
 """Arrays with more elements are recorded without their values."""
 
@@ -164,8 +181,15 @@ def _encode_nested(item: Any) -> Any:
     return item
 
 
-def _record(check: str, label: str, value: Any, rule: dict[str, Any]) -> None:
-    record = {"version": RECORD_VERSION, "check": check, "label": label, "value": encode_value(value), "rule": rule}
+def _record(check: str, label: str, value: Any, expected: Any, rule: dict[str, Any]) -> None:
+    record = {
+        "version": RECORD_VERSION,
+        "check": check,
+        "label": label,
+        "value": encode_value(value),
+        "expected": encode_value(expected),
+        "rule": rule,
+    }
     records.append(record)
     try:
         from IPython import get_ipython
@@ -194,7 +218,7 @@ def check_shape(actual: Any, expected: Sequence[int], *, label: str) -> None:
         AssertionError: ``actual`` has no shape, or a different one.
     """
     shape = getattr(actual, "shape", None)
-    _record("shape", label, None if shape is None else tuple(shape), _EXACT)
+    _record("shape", label, None if shape is None else tuple(shape), tuple(expected), _EXACT)
     if shape is None:
         raise _fail(label, f"expected a tensor of shape {tuple(expected)}, got a {type(actual).__name__}")
     if tuple(shape) != tuple(expected):
@@ -208,7 +232,8 @@ def check_dtype(actual: Any, expected: torch.dtype | np.dtype | type, *, label: 
         AssertionError: ``actual`` has no dtype, or a different one.
     """
     dtype = getattr(actual, "dtype", None)
-    _record("dtype", label, None if dtype is None else str(dtype), _EXACT)
+    expected_name = str(expected) if isinstance(expected, torch.dtype) else str(np.dtype(expected))
+    _record("dtype", label, None if dtype is None else str(dtype), expected_name, _EXACT)
     if dtype is None:
         raise _fail(label, f"expected a tensor of dtype {expected}, got a {type(actual).__name__}")
     if isinstance(actual, np.ndarray):
@@ -228,8 +253,8 @@ def check_device(actual: Any, expected: torch.device | str, *, label: str) -> No
         AssertionError: ``actual`` is not a tensor, or lives elsewhere.
     """
     device = getattr(actual, "device", None)
-    _record("device", label, None if device is None else str(device), _EXACT)
     expected = torch.device(expected)
+    _record("device", label, None if device is None else str(device), str(expected), {"kind": "device"})
     if not isinstance(device, torch.device):
         raise _fail(label, f"expected a tensor on {expected}, got a {type(actual).__name__}")
     same = device.type == expected.type and (expected.index is None or device.index == expected.index)
@@ -248,7 +273,7 @@ def check_equal(actual: Any, expected: Any, *, label: str) -> None:
     Raises:
         AssertionError: the values, types, shapes or dtypes differ.
     """
-    _record("equal", label, actual, _EXACT)
+    _record("equal", label, actual, expected, _EXACT)
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             raise _fail(label, f"expected a tensor, got a {type(actual).__name__}")
@@ -292,8 +317,8 @@ def check_close(
 ) -> None:
     """Check that ``actual`` is close to ``expected`` element by element.
 
-    Uses ``torch.testing.assert_close`` (shapes, dtypes and devices must
-    match too; pass ``check_dtype=False`` to compare values only). Without
+    Judges as ``torch.testing.assert_close`` does (shapes, dtypes and devices
+    must match too; pass ``check_dtype=False`` to compare values only). Without
     ``rtol``/``atol`` PyTorch's defaults for the dtype apply, e.g. float32
     rtol 1.3e-6, atol 1e-5; float64 rtol 1e-7, atol 1e-7 (PyTorch docs,
     ``torch.testing.assert_close``). NumPy arrays and Python numbers are
@@ -312,21 +337,51 @@ def check_close(
         default_rtol, default_atol = _default_tolerances(expected_t)
         rtol = default_rtol if rtol is None else rtol
         atol = default_atol if atol is None else atol
-    _record("close", label, actual, {"kind": "close", "rtol": rtol, "atol": atol})
+    rule = {"kind": "close", "rtol": rtol, "atol": atol, "check_dtype": check_dtype}
+    _record("close", label, actual if actual_t is None else actual_t, expected_t, rule)
     if actual_t is None:
         raise _fail(label, f"expected a tensor or number, got a {type(actual).__name__}")
-    try:
-        torch.testing.assert_close(
-            actual_t.detach(),
-            expected_t.detach(),
-            rtol=rtol,
-            atol=atol,
-            check_dtype=check_dtype,
-            check_device=True,
-            equal_nan=False,
-        )
-    except AssertionError as error:
-        raise _fail(label, str(error)) from None
+    problem = _not_close(actual_t.detach(), expected_t.detach(), rtol=rtol, atol=atol, check_dtype=check_dtype)
+    if problem is not None:
+        raise _fail(label, problem)
+
+
+def _not_close(
+    actual: torch.Tensor, expected: torch.Tensor, *, rtol: float, atol: float, check_dtype: bool
+) -> str | None:
+    """What ``torch.testing.assert_close`` would object to, for dense tensors (None when close).
+
+    Same rule: shapes, devices and (optionally) dtypes equal, then
+    ``|actual - expected| <= atol + rtol * |expected|`` element by element, NaN never
+    close. Written out because the first ``assert_close`` in a process imports
+    ``torch.distributed`` (seconds per graded notebook).
+    """
+    if actual.shape != expected.shape:
+        return f"expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}"
+    if actual.device != expected.device:
+        return f"expected a tensor on {expected.device}, got one on {actual.device}"
+    if check_dtype and actual.dtype != expected.dtype:
+        return f"expected dtype {expected.dtype}, got {actual.dtype}"
+    common = torch.promote_types(actual.dtype, expected.dtype)
+    actual, expected = actual.to(common), expected.to(common)
+    if common == torch.bool:
+        close = actual == expected
+    else:
+        close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=False)
+    mismatched = int((~close).sum())
+    if mismatched == 0:
+        return None
+    wide = torch.complex128 if common.is_complex else torch.float64
+    difference = (actual.to(wide) - expected.to(wide)).abs()
+    difference[close] = 0
+    nan = difference.isnan()
+    worst = int(nan.flatten().int().argmax()) if nan.any() else int(difference.flatten().argmax())
+    where = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), actual.shape)) if actual.dim() else ()
+    return (
+        f"Mismatched elements: {mismatched} / {actual.numel()} ({100 * mismatched / actual.numel():.1f}%)\n"
+        f"Greatest absolute difference: {float(difference.flatten()[worst]):.3g} at index {where} "
+        f"(up to {atol:g} + {rtol:g} * |expected| allowed)"
+    )
 
 
 def _as_tensor(value: Any) -> torch.Tensor | None:
@@ -367,19 +422,26 @@ def check_raises(
         AssertionError: the block raised nothing, or another exception, or
             one whose message lacks ``match``.
     """
-    names = expected.__name__ if isinstance(expected, type) else " or ".join(e.__name__ for e in expected)
+    accepted = [expected] if isinstance(expected, type) else list(expected)
+    names = " or ".join(e.__name__ for e in accepted)
+    rule = {"kind": "raises", "match": match}
     try:
         yield
     except expected as error:
-        _record("raises", label, error, _EXACT)
+        _record("raises", label, _raised(error), [e.__name__ for e in accepted], rule)
         if match is not None and match not in str(error):
             raise _fail(label, f"raised {type(error).__name__} as expected, but its message lacks {match!r}") from None
         return
     except Exception as error:
-        _record("raises", label, error, _EXACT)
+        _record("raises", label, _raised(error), [e.__name__ for e in accepted], rule)
         raise _fail(label, f"expected {names}, but {type(error).__name__} was raised: {error}") from None
-    _record("raises", label, None, _EXACT)
+    _record("raises", label, None, [e.__name__ for e in accepted], rule)
     raise _fail(label, f"expected {names}, but nothing was raised")
+
+
+def _raised(error: BaseException) -> dict[str, Any]:
+    names = [cls.__name__ for cls in type(error).__mro__]
+    return {"exception": type(error).__name__, "mro": names, "message": str(error)[:1000]}
 
 
 def shares_memory(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> bool:
@@ -433,10 +495,10 @@ def check_shares_memory(actual: Any, other: Any, *, label: str, expected: bool =
             not as expected.
     """
     if not isinstance(actual, (torch.Tensor, np.ndarray)):
-        _record("shares_memory", label, None, _EXACT)
+        _record("shares_memory", label, None, expected, _EXACT)
         raise _fail(label, f"expected a tensor, got a {type(actual).__name__}")
     shared = shares_memory(actual, other)
-    _record("shares_memory", label, shared, _EXACT)
+    _record("shares_memory", label, shared, expected, _EXACT)
     if shared and not expected:
         raise _fail(label, "the result shares memory with the input, but it must be a copy (try .clone())")
     if not shared and expected:
