@@ -14,7 +14,8 @@ runs before the page is rendered and, in every autograder-tests cell:
 - keeps a visible test's traceback, minus frames outside the notebook's cells
   (they show the grader's file paths) and minus the hidden lines IPython
   quotes as context around the failing line;
-- drops the check records (values checked, kept for the grader).
+- drops the check records (values checked, kept for the grader);
+- explains a cell that lost its points only by writing to stderr (a warning).
 
 The student still sees which tasks passed and failed, and why the visible
 tests failed.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import re
 
+import nbformat
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
@@ -31,6 +33,10 @@ from .checks import RECORD_MIME_TYPE
 from .course import HIDDEN_TEST_MARKERS, is_autograder_tests
 from .verdict import MISMATCH
 
+STDERR_NOTE = (
+    "\nThis test cell wrote to the error stream (above: usually a warning from your code), "
+    "and nbgrader gives such a cell no points. Make your function run without warnings.\n"
+)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CELL_FRAME = re.compile(r"Cell In\s*\[\d*\],\s*line (\d+)")
 """How IPython names a frame in a notebook cell: ``Cell In[7], line 4``."""
@@ -47,6 +53,10 @@ class HideHiddenTests(NbGraderPreprocessor):
         hidden = hidden_lines(cell.source)
         cell.source = visible_source(cell.source)
         cell.outputs = [shown(output, hidden) for output in cell.outputs if not is_record(output)]
+        if any(o.get("name") == "stderr" for o in cell.outputs) and not any(
+            o.get("output_type") == "error" for o in cell.outputs
+        ):
+            cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=STDERR_NOTE))
         return cell, resources
 
 

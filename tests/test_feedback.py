@@ -65,3 +65,10 @@ def test_check_records_are_dropped_and_other_cells_are_untouched():
     assert feedback_cell([record, printed]).outputs == [printed]
     solution = nbformat.v4.new_code_cell(SOURCE, metadata={"nbgrader": {"solution": True, "grade": False}})
     assert HideHiddenTests().preprocess_cell(solution, {}, 0)[0].source == SOURCE
+
+
+def test_a_cell_that_only_wrote_to_stderr_says_why_it_earned_nothing():
+    warning = nbformat.v4.new_output("stream", name="stderr", text="UserWarning: something\n")
+    outputs = feedback_cell([warning]).outputs
+    assert outputs[0] == warning and "wrote to the error stream" in outputs[1].text
+    assert len(feedback_cell([nbformat.v4.new_output("stream", name="stdout", text="hi\n")]).outputs) == 1
