@@ -29,10 +29,12 @@ REFERENCE_ENV = {
     "TQDM_DISABLE": "1",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
+    "MKL_CBWR": "COMPATIBLE",
 }
-"""Environment of the kernels that execute reference notebooks (CI is CPU-only). One thread: LAPACK
-results (e.g. ``torch.linalg.lstsq``) change in their last bits with the number of threads MKL picks
-under load, and a rebuild must reproduce notebooks/ byte for byte."""
+"""Environment of the kernels that execute reference notebooks (CI is CPU-only). A rebuild must
+reproduce notebooks/ byte for byte, and MKL's LAPACK results (e.g. ``torch.linalg.lstsq``) change in
+their last bits with the number of threads and, even on one thread, with memory alignment unless
+conditional numerical reproducibility is on (``MKL_CBWR=COMPATIBLE``, Intel MKL developer guide)."""
 CELL_TIMEOUT_S = 600
 
 
