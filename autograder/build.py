@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sysconfig
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,11 +95,14 @@ def executed_reference(course: Course, assignment_id: str) -> nbformat.NotebookN
 def write_reference(course: Course, assignment_id: str, executed: nbformat.NotebookNode) -> Path:
     """Store an executed reference notebook as notebooks/<id>.ipynb.
 
+    File paths in tracebacks are written relative to site-packages and the
+    course, so the stored notebook does not depend on where it was built.
     Cells marked ``# NBVAL_IGNORE_OUTPUT`` (timings, benchmark plots) keep the
     outputs already stored for them while their source is unchanged, so a
     rebuild without source changes leaves notebooks/ as it was.
     """
     path = course.reference_notebook(assignment_id)
+    _portable_tracebacks(executed, {sysconfig.get_paths()["purelib"]: "site-packages", str(course.root): "."})
     if path.exists():
         stored = {cell.get("id"): cell for cell in read_notebook(path).cells}
         for cell in executed.cells:
@@ -107,6 +111,16 @@ def write_reference(course: Course, assignment_id: str, executed: nbformat.Noteb
                 cell.outputs = previous.outputs
     nbformat.write(executed, path)
     return path
+
+
+def _portable_tracebacks(notebook: nbformat.NotebookNode, replacements: dict[str, str]) -> None:
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                lines = output.traceback
+                for old, new in replacements.items():
+                    lines = [line.replace(old, new) for line in lines]
+                output.traceback = lines
 
 
 def _marked(cell: nbformat.NotebookNode, marker: str) -> bool:
