@@ -115,8 +115,15 @@ def normalise(raw: bytes, *, release: NotebookNode) -> Normalised:
     """
     try:
         submitted, repairs = parse(raw)
+        return _rebuilt(submitted, release, repairs)
     except UnreadableNotebook as error:
         return Normalised(notebook=blank(release), readable=False, repairs=[f"not a readable notebook: {error}"])
+    except (AttributeError, TypeError, KeyError, ValueError) as error:  # fields of the wrong JSON type
+        problem = f"not a readable notebook: a field has the wrong type ({type(error).__name__}: {error})"
+        return Normalised(notebook=blank(release), readable=False, repairs=[problem[:300]])
+
+
+def _rebuilt(submitted: NotebookNode, release: NotebookNode, repairs: list[str]) -> Normalised:
     cells = [cell for cell in submitted.cells if isinstance(cell, dict) and "cell_type" in cell]
     if len(cells) != len(submitted.cells):
         repairs.append(f"{len(submitted.cells) - len(cells)} malformed cell(s) without a cell_type dropped")
@@ -131,7 +138,9 @@ def normalise(raw: bytes, *, release: NotebookNode) -> Normalised:
     if order != sorted(order):
         repairs.append("cells were moved: graded in the release's order")
     for key in ("kernelspec", "language_info"):
-        if submitted.metadata.get(key, {}).get("name") != release.metadata.get(key, {}).get("name"):
+        submitted_value = submitted.get("metadata", {}).get(key)
+        submitted_name = submitted_value.get("name") if isinstance(submitted_value, dict) else submitted_value
+        if submitted_name != release.metadata.get(key, {}).get("name"):
             repairs.append(f"notebook metadata {key} changed: the release's is used")
     review = [
         f"cell {index}: {match.group(0).strip()!r}"

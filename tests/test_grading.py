@@ -1,4 +1,4 @@
-"""The real pipeline: rebuilds reproduce release/ and notebooks/; every sample submission gets its expected grade through nbgrader."""
+"""The real pipeline: rebuilds reproduce release/ and notebooks/; samples get their expected grades in nbgrader."""
 
 import copy
 import csv

@@ -163,3 +163,22 @@ def test_code_that_touches_the_grading_machinery_is_quoted_for_review():
     assert result.repairs == []
     assert len(result.review) == 1 and result.review[0].endswith("'import checks'")
     assert normalised(student_notebook()).review == []
+
+
+@pytest.mark.parametrize("field", ["cell_metadata"], ids=["cell_metadata_is_a_list"])
+def test_fields_of_the_wrong_json_type_give_the_blank_release_not_a_crash(field):
+    data = json.loads(nbformat.writes(student_notebook()))
+    if field == "kernelspec":
+        data["metadata"]["kernelspec"] = "evil"
+    else:
+        data["cells"][3]["metadata"] = ["evil"]
+    result = normalise(json.dumps(data).encode(), release=RELEASE)
+    assert not result.readable and result.repairs[0].startswith("not a readable notebook: ")
+
+
+def test_a_kernelspec_of_the_wrong_type_is_replaced_and_the_answers_kept():
+    data = json.loads(nbformat.writes(student_notebook()))
+    data["metadata"]["kernelspec"] = "evil"
+    result = normalise(json.dumps(data).encode(), release=RELEASE)
+    assert result.readable and result.repairs == ["notebook metadata kernelspec changed: the release's is used"]
+    assert sources(result.notebook) == expected_sources(**{grade_id(SOLUTION): ANSWER})
