@@ -74,7 +74,7 @@ def grade(course: Course, download: Path) -> Grading:
 
     results = report.collect(course, found.submissions)
     for result in results:
-        if result.status != "ok":
+        if result.status == "not graded":
             submitted = course.root / "submitted" / result.student_id / result.assignment_id
             result.notes.append(_log_excerpt(logs[result.assignment_id], submitted))
     task_results_csv = course.root / "task_results.csv"

@@ -36,7 +36,7 @@ from nbformat import NotebookNode
 from .course import grade_id, is_solution
 
 GRADING_MACHINERY = re.compile(
-    r"\bimport\s+checks\b|\bfrom\s+checks\b|\bchecks\s*\.\s*\w"
+    r"\bimport\s+checks\b|\bfrom\s+checks\b|\bchecks\s*\.\s*(?:check_\w+|_\w+|records|encode_value|RECORD_\w+)\b"
     r"|\b(?:get_ipython|_record|builtins|__builtins__|__torch_function__|RECORD_MIME_TYPE)\b"
     r"|\bsys\s*\.\s*(?:modules|settrace|setprofile|exit)\b|\bos\s*\.\s*_exit\b"
     r"|^\s*def\s+check_\w+|^\s*(?:check_\w+|torch(?:\.\w+)+|np(?:\.\w+)+|numpy(?:\.\w+)+)\s*=",
