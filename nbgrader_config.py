@@ -33,7 +33,7 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # execution (autograder/verdict.py): a test cell whose recorded check values do
 # not pass against the reference solution's run gets an error, so it scores 0.
 c.Autograde.autograde_preprocessors = [
-    "nbgrader.preprocessors.Execute",
+    "autograder.execute.Execute",
     "autograder.verdict.CompareRecords",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",

@@ -49,7 +49,8 @@ def demo(course: Course, assignment_ids: list[str] | None = None) -> DemoResult:
 def summary(assignment_ids: list[str], problems: dict[tuple[str, str], list[str]]) -> str:
     """One row per assignment and a total: how many samples of each kind graded as they must (``got/all``)."""
     kinds = [("reference", "reference at full marks"), ("unchanged_release", "release at zero")]
-    kinds += [("wrong_", "wrong answers caught"), ("hostile_", "hostile caught"), ("valid_", "valid alternatives kept")]
+    kinds += [("wrong_", "wrong answers caught"), ("hostile_", "hostile caught")]
+    kinds += [("stops_", "kernel stops contained"), ("valid_", "valid alternatives kept")]
     header = ["assignment", *(title for _, title in kinds)]
     rows = []
     for assignment in [*assignment_ids, "total"]:
@@ -69,8 +70,13 @@ def mismatches_of(result: report.SubmissionResult, sample: Sample) -> list[str]:
     where = f"{sample.student_id}/{sample.assignment_id}"
     if result.status != sample.expected_status:
         return [f"{where}: status {result.status} instead of {sample.expected_status} ({'; '.join(result.notes)})"]
+    statuses = {task.grade_id: task.status for task in result.tasks}
     return [
         f"{where}: {name} scored {got.get(name)} instead of {score:g}"
         for name, score in sample.expected.items()
         if got.get(name) != score
+    ] + [
+        f"{where}: {name} has status {statuses.get(name)} instead of {status}"
+        for name, status in sample.expected_task_status.items()
+        if statuses.get(name) != status
     ]

@@ -7,10 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.api import Grade, Gradebook, MissingEntry
 
 from .course import Course, grade_id, is_autograder_tests, is_grade, read_notebook
+from .execute import KERNEL_DIED, NOT_RUN, TIMEOUT
 from .intake import Submission
+
+TASK_STATUSES = {KERNEL_DIED: "kernel died", TIMEOUT: "timeout", NOT_RUN: "not run"}
+"""A failed test cell's status by the error the executor gave it (any other failure is ``failed``)."""
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,10 @@ class TaskResult:
     autograded: bool
     """True for autograder-tests cells, False for answers an instructor grades by hand."""
     needs_manual_grade: bool
+    status: str
+    """``ok`` (full marks), ``failed``, ``timeout``, ``kernel died``, ``not run`` (the kernel could not be
+    brought back), ``invalid notebook`` (the submission was unreadable), or for a manually graded answer
+    ``manual grade pending``, ``graded by hand`` or ``unanswered`` (left as released: nbgrader scores it 0)."""
 
 
 @dataclass
@@ -67,7 +75,8 @@ def collect(course: Course, submissions: list[Submission]) -> list[SubmissionRes
             student_id, assignment_id = submission.student_id, submission.assignment_id
             result = SubmissionResult(student_id, assignment_id, status="not graded", notes=submission.notes)
             results.append(result)
-            if not (course.root / "autograded" / student_id / assignment_id / f"{assignment_id}.ipynb").exists():
+            autograded = course.root / "autograded" / student_id / assignment_id / f"{assignment_id}.ipynb"
+            if not autograded.exists():
                 continue
             try:
                 notebook = gradebook.find_submission_notebook(assignment_id, assignment_id, student_id)
@@ -79,6 +88,12 @@ def collect(course: Course, submissions: list[Submission]) -> list[SubmissionRes
             cells = grade_cells[assignment_id]
             order = list(cells)
             grades = sorted(notebook.grades, key=lambda g: order.index(g.name) if g.name in order else len(order))
+            executed = read_notebook(autograded)
+            errors = {
+                grade_id(cell): {output.get("ename") for output in cell.get("outputs", [])}
+                for cell in executed.cells
+                if is_grade(cell)
+            }
             result.tasks = [
                 TaskResult(
                     grade_id=grade.name,
@@ -86,11 +101,25 @@ def collect(course: Course, submissions: list[Submission]) -> list[SubmissionRes
                     max_score=float(grade.max_score),
                     autograded=grade.name in cells and is_autograder_tests(cells[grade.name]),
                     needs_manual_grade=bool(grade.needs_manual_grade),
+                    status=_task_status(grade, cells.get(grade.name), errors.get(grade.name, set()), submission.status),
                 )
                 for grade in grades
             ]
             result.status = submission.status
     return results
+
+
+def _task_status(grade: Grade, source_cell: nbformat.NotebookNode | None, enames: set, submission_status: str) -> str:
+    """What happened to one grade cell (see :attr:`TaskResult.status`), from its grade and error outputs."""
+    if source_cell is None or not is_autograder_tests(source_cell):
+        if grade.needs_manual_grade:
+            return "manual grade pending"
+        return "graded by hand" if grade.manual_score is not None else "unanswered"
+    if grade.score == grade.max_score:
+        return "ok"
+    if submission_status == "invalid notebook":
+        return "invalid notebook"
+    return next((status for ename, status in TASK_STATUSES.items() if ename in enames), "failed")
 
 
 TASK_COLUMNS = [
@@ -102,6 +131,7 @@ TASK_COLUMNS = [
     "max_score",
     "needs_manual_grade",
     "status",
+    "submission_status",
     "notes",
 ]
 
@@ -109,7 +139,9 @@ TASK_COLUMNS = [
 def write_task_results(results: list[SubmissionResult], path: Path) -> None:
     """Write one CSV row per (submission, grade cell).
 
-    A submission nbgrader could not grade gets one row with an empty grade_id.
+    ``status`` is the task's (:attr:`TaskResult.status`), ``submission_status`` the
+    submission's (:attr:`SubmissionResult.status`). A submission nbgrader could
+    not grade gets one row with an empty grade_id and status ``not graded``.
     """
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -127,6 +159,7 @@ def write_task_results(results: list[SubmissionResult], path: Path) -> None:
                         f"{task.score:g}" if task else "",
                         f"{task.max_score:g}" if task else "",
                         str(task.needs_manual_grade).lower() if task else "",
+                        task.status if task else result.status,
                         result.status,
                         notes,
                     ]

@@ -14,6 +14,12 @@ tables with the same fields, ``trick`` instead of ``mistake``; student ids
 ``hostile_<name>``) pair a wrong answer with an attack on the grading: the
 cells in ``loses`` must score 0 however the kernel was tricked.
 
+Kernel stoppers (``[[stops_kernel]]`` tables in the same files, ``how``
+instead of ``mistake``; student ids ``stops_<name>``) exit, crash or hang the
+kernel; they must lose only the cells in ``loses``. They also give the
+submission's ``status`` and, in ``task_status``, the status of the cells hit
+(``{grade_id = "kernel died"}``, see :attr:`autograder.report.TaskResult.status`).
+
 Valid alternatives (``[[valid_alternative]]`` tables in the wrong answers'
 file: ``name``, ``cell``, ``note`` saying how it differs, ``source``; no
 ``loses``; student ids ``valid_<name>``) are other correct solutions, which
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -59,6 +65,8 @@ class Sample:
     """grade_id -> expected score (manually graded answers: 0 until an instructor grades them)."""
     expected_status: str = "ok"
     """Hostile submissions touch the grading machinery, so grading must flag them ``review``."""
+    expected_task_status: dict[str, str] = field(default_factory=dict)
+    """grade_id -> the task status grading must report (only the cells a kernel stopper names)."""
 
     @property
     def expected_total(self) -> float:
@@ -101,8 +109,17 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
             if grade_id(cell) == variant["cell"]:
                 cell.source = variant["source"].strip("\n")
         expected = {name: (0.0 if name in loses else score) for name, score in points.items()}
-        status = "review" if kind == "hostile" else "ok"
-        found.append(Sample(f"{kind}_{variant['name']}", assignment_id, notebook, {**expected, **manual}, status))
+        status = variant.get("status", "review" if kind == "hostile" else "ok")
+        found.append(
+            Sample(
+                f"{kind}_{variant['name']}",
+                assignment_id,
+                notebook,
+                {**expected, **manual},
+                status,
+                variant.get("task_status", {}),
+            )
+        )
     return found
 
 
@@ -110,6 +127,7 @@ VARIANT_FILES = {
     "wrong": (SAMPLES_DIR, "wrong_answer"),
     "valid": (SAMPLES_DIR, "valid_alternative"),
     "hostile": (HOSTILE_DIR, "hostile"),
+    "stops": (HOSTILE_DIR, "stops_kernel"),
 }
 """Student-id prefix -> (folder of ``<assignment_id>.toml`` files, name of their tables)."""
 

@@ -94,6 +94,12 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
         grades = {row["student_id"]: row for row in csv.DictReader(handle)}
     assert float(grades["ada"]["score"]) == reference.expected_total
     assert {row["grade_id"]: float(row["score"]) for row in task_rows(course_copy, "ada")} == reference.expected
+    manual = next(c for c in reference.notebook.cells if is_grade(c) and is_solution(c))
+    statuses = {name: {row["grade_id"]: row["status"] for row in task_rows(course_copy, name)} for name in rows}
+    assert statuses["ada"] == {name: "ok" for name in reference.expected} | {grade_id(manual): "manual grade pending"}
+    assert set(statuses["bea"].values()) == {"invalid notebook", "unanswered"}
+    assert statuses["dee"]["knowledge_check_q1"] == "failed"
+    assert {row["submission_status"] for row in task_rows(course_copy, "cy")} == {"repaired"}
     assert (course_copy.root / "feedback" / "ada" / assignment_id / f"{assignment_id}.html").exists()
     # dee's wrong quiz answer fails a hidden test: the feedback names it, without the answer key or test code.
     page = (course_copy.root / "feedback" / "dee" / assignment_id / f"{assignment_id}.html").read_text()
@@ -101,7 +107,6 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
     assert "BEGIN HIDDEN TESTS" not in page and "expected &#x27;" not in page and str(course_copy.root) not in page
 
     # An instructor grades the written answer in formgrader; re-grading the same download keeps that grade.
-    manual = next(c for c in reference.notebook.cells if is_grade(c) and is_solution(c))
     with Gradebook(course_copy.db_url) as gradebook:
         gradebook.find_grade(grade_id(manual), assignment_id, assignment_id, "ada").manual_score = 1.5
         gradebook.db.commit()

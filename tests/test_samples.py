@@ -55,9 +55,10 @@ def test_the_demo_summary_counts_samples_that_graded_as_they_must():
         ("wrong_x", "01_a"): ["scored 2"],
         ("wrong_y", "02_b"): [],
         ("valid_z", "02_b"): [],
+        ("stops_w", "02_b"): ["has status failed"],
     }
     lines = summary(["01_a", "02_b"], problems).splitlines()
     assert lines[0].split("  ")[0] == "assignment"
-    assert lines[2].split() == ["01_a", "1/1", "0/0", "0/1", "0/0", "0/0"]
-    assert lines[3].split() == ["02_b", "0/0", "0/0", "1/1", "0/0", "1/1"]
-    assert lines[4].split() == ["total", "1/1", "0/0", "1/2", "0/0", "1/1"]
+    assert lines[2].split() == ["01_a", "1/1", "0/0", "0/1", "0/0", "0/0", "0/0"]
+    assert lines[3].split() == ["02_b", "0/0", "0/0", "1/1", "0/0", "0/1", "1/1"]
+    assert lines[4].split() == ["total", "1/1", "0/0", "1/2", "0/0", "0/1", "1/1"]

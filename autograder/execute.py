@@ -1,0 +1,122 @@
+"""Stage ``execute``: nbgrader's Execute preprocessor, made to survive a kernel that dies or hangs.
+
+Stock nbgrader gives up on a whole notebook when its kernel dies (``os._exit``,
+a segfault, a kill signal) or when a cell outlives its timeout and ignores
+the interrupt: the submission is "not graded" and every task is lost,
+including the ones the student solved before the crash. :class:`Execute`
+(registered in ``nbgrader_config.py`` in place of nbgrader's) keeps the cost to
+the cells hit:
+
+- the cell that killed or hung the kernel gets an error output
+  (:data:`KERNEL_DIED` or :data:`TIMEOUT`), so a test cell scores 0 and a
+  solution cell shows the student why;
+- the kernel is restarted and the code cells before that cell run again,
+  silently, to rebuild the state later cells need (imports, definitions);
+- execution goes on with the next cell.
+
+A cell that ends in time after the timeout's interrupt (a plain busy loop)
+keeps nbgrader's behaviour: a ``CellTimeoutError`` output and no restart.
+After :attr:`Execute.max_restarts` restarts, or when a replay fails, the
+remaining code cells are not run and each gets a :data:`NOT_RUN` error.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import ensure_async, run_sync
+from nbformat import NotebookNode
+from nbformat.v4 import new_output
+from nbgrader.preprocessors import Execute as NbgraderExecute
+from traitlets import Integer
+
+KERNEL_DIED = "DeadKernelError"
+"""``ename`` of the error output on a cell during which the kernel died."""
+
+TIMEOUT = "CellTimeoutError"
+"""``ename`` of the error output on a cell that ran past its timeout (nbgrader's own name for it)."""
+
+NOT_RUN = "CellNotRunError"
+"""``ename`` of the error output on a cell left unrun because the kernel could not be brought back."""
+
+
+def error_output(ename: str, evalue: str) -> NotebookNode:
+    """An nbformat error output whose traceback is the one line ``ename: evalue``."""
+    return new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+class Execute(NbgraderExecute):
+    """nbgrader's ``Execute``, with a dead or hung kernel costing only the cell it happened in."""
+
+    max_restarts = Integer(
+        3,
+        help="How many times the kernel is restarted (and earlier cells replayed) in one notebook.",
+    ).tag(config=True)
+
+    def reset_execution_trackers(self) -> None:
+        super().reset_execution_trackers()
+        self._restarts = 0
+        self._gave_up: str | None = None
+
+    async def async_execute_cell(
+        self,
+        cell: NotebookNode,
+        cell_index: int,
+        execution_count: int | None = None,
+        store_history: bool = True,
+    ) -> NotebookNode:
+        if self._gave_up and cell.cell_type == "code" and cell.source.strip():
+            cell.outputs = [error_output(NOT_RUN, self._gave_up)]
+            return cell
+        if cell.cell_type == "code" and cell.source.strip() and not await ensure_async(self.kc.is_alive()):
+            # It died after the previous cell replied (a signal it caught late): that cell is not this one's fault.
+            await self._restart_and_replay(cell_index)
+            return await self.async_execute_cell(cell, cell_index, execution_count, store_history)
+        try:
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except DeadKernelError:
+            problem = error_output(KERNEL_DIED, "the kernel died while this cell ran (it exited or crashed)")
+        except CellTimeoutError:
+            problem = error_output(
+                TIMEOUT, f"the cell ran past its {self.timeout} s limit and did not stop when interrupted"
+            )
+        cell.setdefault("outputs", []).append(problem)
+        await self._restart_and_replay(cell_index)
+        return cell
+
+    execute_cell = run_sync(async_execute_cell)
+    # nbconvert's ``preprocess`` calls the synchronous ``execute_cell``, which nbclient binds to its own coroutine.
+
+    async def _restart_and_replay(self, cell_index: int) -> None:
+        """Start a fresh kernel and rerun the code cells before ``cell_index``, discarding their outputs.
+
+        Cells that killed the kernel or ran past their timeout are not rerun.
+
+        Sets ``_gave_up`` (the reason later cells are not run) when the
+        restart budget is spent or a replayed cell fails to complete.
+        """
+        if self._restarts >= self.max_restarts:
+            self._gave_up = f"not run: the kernel died or hung {self._restarts + 1} times in this notebook"
+            return
+        self._restarts += 1
+        assert self.km is not None and self.kc is not None
+        self.kc.stop_channels()
+        await self.km.restart_kernel(now=True)
+        await self.async_start_new_kernel_client()
+        executed = self.code_cells_executed
+        for index, earlier in enumerate(self.nb.cells[:cell_index]):
+            if earlier.cell_type != "code" or not earlier.source.strip() or _stopped(earlier):
+                continue
+            try:
+                await NbgraderExecute.async_execute_cell(self, copy.deepcopy(earlier), index, store_history=False)
+            except (DeadKernelError, CellTimeoutError):
+                self._gave_up = f"not run: after a restart, rerunning cell {index} to rebuild the kernel's state failed"
+                return
+            finally:
+                self.code_cells_executed = executed
+
+
+def _stopped(cell: NotebookNode) -> bool:
+    """Whether the cell killed the kernel or ran past its timeout (its outputs say so)."""
+    return any(output.get("ename") in (KERNEL_DIED, TIMEOUT) for output in cell.get("outputs", []))

@@ -1,0 +1,74 @@
+"""The executor: a kernel that exits, crashes or hangs costs only the cell it happened in.
+
+Real kernels, a two-second cell timeout. That these statuses reach the
+gradebook and task_results.csv is checked on the kernel-stopper samples with
+every other sample, in test_grading.
+"""
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from autograder.execute import KERNEL_DIED, NOT_RUN, TIMEOUT, Execute
+
+SETUP = "import os, signal, time\nstate = 'kept'"
+SHOW_STATE = "print(state)"
+
+
+def run(*sources: str, max_restarts: int = 3) -> list[nbformat.NotebookNode]:
+    """Execute one code cell per source (and a markdown cell first) with a 2 s timeout; the cells after execution."""
+    notebook = new_notebook(cells=[new_markdown_cell("# scratch"), *(new_code_cell(s) for s in sources)])
+    notebook.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    executor = Execute(timeout=2, shutdown_kernel="immediate", max_restarts=max_restarts)
+    executed, _ = executor.preprocess(notebook, {"metadata": {"path": "."}})
+    return executed.cells[1:]
+
+
+def enames(cell) -> list[str]:
+    return [output.ename for output in cell.outputs if output.output_type == "error"]
+
+
+def printed(cell) -> str:
+    return "".join(output.get("text", "") for output in cell.outputs if output.output_type == "stream")
+
+
+@pytest.mark.parametrize(
+    "stop",
+    [
+        "os._exit(0)",
+        "os.kill(os.getpid(), signal.SIGKILL)",
+        "import ctypes\nctypes.string_at(0)",
+    ],
+    ids=["os._exit", "SIGKILL", "segfault"],
+)
+def test_a_dead_kernel_costs_only_its_cell_and_the_state_before_it_is_rebuilt(stop):
+    setup, before, dying, after = run(SETUP, SHOW_STATE, stop, SHOW_STATE)
+    assert printed(before) == "kept\n"
+    assert enames(dying) == [KERNEL_DIED]
+    assert enames(after) == [] and printed(after) == "kept\n"
+
+
+def test_a_cell_that_ignores_the_interrupt_times_out_and_the_notebook_goes_on():
+    stubborn = "while True:\n    try:\n        time.sleep(0.05)\n    except KeyboardInterrupt:\n        pass"
+    setup, hung, after = run(SETUP, stubborn, SHOW_STATE)
+    assert enames(hung) == [TIMEOUT]
+    assert printed(after) == "kept\n"
+
+
+def test_an_interruptible_loop_keeps_nbgraders_timeout_and_its_kernel():
+    setup, looping, after = run(SETUP + "\ncounter = 0", "while True:\n    counter += 1", "print(counter > 0)")
+    assert enames(looping) == ["KeyboardInterrupt", TIMEOUT]
+    assert printed(after) == "True\n", "the kernel was kept, so the loop's effect on its state is still there"
+
+
+def test_cells_that_stopped_the_kernel_are_not_replayed():
+    setup, first, second, after = run(SETUP + "\ncount = 0", "count += 1\nos._exit(0)", "os._exit(1)", "print(count)")
+    assert enames(first) == [KERNEL_DIED] and enames(second) == [KERNEL_DIED]
+    assert printed(after) == "0\n"
+
+
+def test_past_the_restart_budget_the_remaining_cells_are_not_run():
+    setup, first, second, after, last = run(SETUP, "os._exit(0)", "os._exit(0)", SHOW_STATE, "1", max_restarts=1)
+    assert enames(first) == [KERNEL_DIED] and enames(second) == [KERNEL_DIED]
+    assert enames(after) == [NOT_RUN] and enames(last) == [NOT_RUN]
+    assert "2 times" in after.outputs[0].evalue
