@@ -25,12 +25,17 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.Execute.timeout = 60
 c.Execute.shutdown_kernel = "immediate"
 
+# Students' kernels run in a bubblewrap sandbox (autograder/sandbox.py, used by
+# autograder/execute.py): a scratch copy of their folder, no course directory, no
+# network, their own user, limits. `grade --no-sandbox` is the explicit opt-out.
+
 # Release notebooks: what replaces a solution.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Autograde: nbgrader's steps, with the verdict outside the kernel right after
-# execution (autograder/verdict.py): a test cell whose recorded check values do
+# Autograde: nbgrader's steps, with Execute extended (autograder/execute.py: the
+# sandbox, and a kernel that dies or hangs costs only its cell) and the verdict
+# outside the kernel right after execution (autograder/verdict.py): a test cell whose recorded check values do
 # not pass against the reference solution's run gets an error, so it scores 0.
 c.Autograde.autograde_preprocessors = [
     "autograder.execute.Execute",

@@ -87,8 +87,10 @@ def copy_course(course: Course, destination: Path) -> Course:
     return Course(destination)
 
 
-def run_nbgrader(course: Course, *args: str) -> subprocess.CompletedProcess[str]:
+def run_nbgrader(course: Course, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``nbgrader ARGS`` in the course directory with this interpreter; never raises on failure.
+
+    ``env`` adds to (or overrides) this process's environment.
 
     Returns the completed process (stdout and stderr captured as text).
     """
@@ -97,14 +99,15 @@ def run_nbgrader(course: Course, *args: str) -> subprocess.CompletedProcess[str]
     bin_dir = str(Path(sys.executable).parent)
     # nbgrader_config.py names the course's preprocessors (autograder.feedback): make them importable.
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = {
+    environment = {
         **os.environ,
         "PYTHONHASHSEED": "0",
         "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
         "PYTHONPATH": python_path,
+        **(env or {}),
     }
-    env.pop("MPLBACKEND", None)
-    return subprocess.run(command, cwd=course.root, env=env, capture_output=True, text=True, check=False)
+    environment.pop("MPLBACKEND", None)
+    return subprocess.run(command, cwd=course.root, env=environment, capture_output=True, text=True, check=False)
 
 
 def generate_assignment(course: Course, assignment_id: str, *, release_dir: Path, db_url: str) -> Path:

@@ -22,10 +22,10 @@ class DemoResult:
     submissions caught (they lost exactly their cells' points), valid alternatives wrongly penalised."""
 
 
-def demo(course: Course, assignment_ids: list[str] | None = None) -> DemoResult:
+def demo(course: Course, assignment_ids: list[str] | None = None, *, isolated: bool = True) -> DemoResult:
     """Grade every sample submission of ``assignment_ids`` (default: all) through nbgrader, in a scratch copy.
 
-    The course's own gradebook and folders are not touched.
+    The course's own gradebook and folders are not touched. ``isolated``: see :func:`autograder.grade.grade`.
 
     Raises:
         CourseError: an assignment id that is not in source/.
@@ -37,7 +37,7 @@ def demo(course: Course, assignment_ids: list[str] | None = None) -> DemoResult:
         if unknown:
             raise CourseError(f"no such assignment in source/: {', '.join(unknown)}")
         found = [sample for assignment_id in chosen for sample in samples(course, assignment_id)]
-        grading = grade(scratch_course, write_download(found, Path(scratch) / "download"))
+        grading = grade(scratch_course, write_download(found, Path(scratch) / "download"), isolated=isolated)
     by_key = {(s.student_id, s.assignment_id): s for s in found}
     expected = [by_key[(r.student_id, r.assignment_id)] for r in grading.results]
     table = report.table(grading.results, extra={"expected": [f"{s.expected_total:g}" for s in expected]})

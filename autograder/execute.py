@@ -1,4 +1,6 @@
-"""Stage ``execute``: nbgrader's Execute preprocessor, made to survive a kernel that dies or hangs.
+"""Stage ``execute``: nbgrader's Execute preprocessor, sandboxed, and made to survive a kernel that dies or hangs.
+
+Kernels start in the sandbox of :mod:`autograder.sandbox`.
 
 Stock nbgrader gives up on a whole notebook when its kernel dies (``os._exit``,
 a segfault, a kill signal) or when a cell outlives its timeout and ignores
@@ -14,6 +16,10 @@ the cells hit:
   silently, to rebuild the state later cells need (imports, definitions);
 - execution goes on with the next cell.
 
+A cell keeps at most :attr:`Execute.max_output_bytes` of output (a note says
+what was dropped; error outputs are always kept), so megabytes of prints
+neither fill the grader's memory nor hide a failure.
+
 A cell that ends in time after the timeout's interrupt (a plain busy loop)
 keeps nbgrader's behaviour: a ``CellTimeoutError`` output and no restart.
 After :attr:`Execute.max_restarts` restarts, or when a replay fails, the
@@ -23,6 +29,7 @@ remaining code cells are not run and each gets a :data:`NOT_RUN` error.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async, run_sync
@@ -30,6 +37,8 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute as NbgraderExecute
 from traitlets import Integer
+
+from .sandbox import SandboxedKernelManager
 
 KERNEL_DIED = "DeadKernelError"
 """``ename`` of the error output on a cell during which the kernel died."""
@@ -47,15 +56,30 @@ def error_output(ename: str, evalue: str) -> NotebookNode:
 
 
 class Execute(NbgraderExecute):
-    """nbgrader's ``Execute``, with a dead or hung kernel costing only the cell it happened in."""
+    """nbgrader's ``Execute``: kernels in the sandbox, a dead or hung kernel costing only the cell it happened in.
+
+    The kernel manager is :class:`autograder.sandbox.SandboxedKernelManager`
+    (nbgrader's ``Execute`` passes its own as a keyword, which configuration
+    cannot override).
+    """
 
     max_restarts = Integer(
         3,
         help="How many times the kernel is restarted (and earlier cells replayed) in one notebook.",
     ).tag(config=True)
 
+    max_output_bytes = Integer(
+        2 * 2**20,
+        help="Output a cell may keep, in bytes (error outputs always kept); the rest is dropped with a note.",
+    ).tag(config=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
+        super().__init__(**kwargs)
+
     def reset_execution_trackers(self) -> None:
         super().reset_execution_trackers()
+        self._output_bytes: dict[int, int] = {}
         self._restarts = 0
         self._gave_up: str | None = None
 
@@ -86,6 +110,30 @@ class Execute(NbgraderExecute):
         return cell
 
     execute_cell = run_sync(async_execute_cell)
+
+    def output(
+        self, outs: list[NotebookNode], msg: dict, display_id: str | None, cell_index: int
+    ) -> NotebookNode | None:
+        if msg["msg_type"] != "error":
+            used = self._output_bytes.get(cell_index, 0)
+            left = self.max_output_bytes - used
+            size = len(str(msg["content"]))
+            self._output_bytes[cell_index] = used + size
+            if size > left:
+                if left > 0 and msg["msg_type"] == "stream":
+                    super().output(
+                        outs,
+                        {**msg, "content": {**msg["content"], "text": msg["content"]["text"][:left]}},
+                        None,
+                        cell_index,
+                    )
+                if left >= 0:
+                    note = f"\n[output past {self.max_output_bytes} bytes dropped by the grader]\n"
+                    outs.append(new_output("stream", name="stdout", text=note))
+                    self._output_bytes[cell_index] = self.max_output_bytes + 1
+                return None
+        return super().output(outs, msg, display_id, cell_index)
+
     # nbconvert's ``preprocess`` calls the synchronous ``execute_cell``, which nbclient binds to its own coroutine.
 
     async def _restart_and_replay(self, cell_index: int) -> None:

@@ -16,11 +16,15 @@ from pathlib import Path
 
 import nbformat
 
-from . import intake, report
+from . import intake, report, sandbox
 from .course import Course, CourseError, generate_assignment, nbgrader_failure, read_notebook, run_nbgrader
 
 PER_SUBMISSION_ERROR = "There was an error processing assignment"
 """How nbgrader's log starts the report of a submission it skipped (it goes on with the others)."""
+
+
+NOT_ISOLATED = "graded without isolation (--no-sandbox)"
+"""The note every result of a run without the sandbox carries."""
 
 
 @dataclass
@@ -34,17 +38,27 @@ class Grading:
     feedback: Path
 
 
-def grade(course: Course, download: Path) -> Grading:
+def grade(course: Course, download: Path, *, isolated: bool = True) -> Grading:
     """Grade every submission in ``download`` (a folder or zip, see :mod:`autograder.intake`).
 
     Students' failures are results, not errors: a submission nbgrader cannot
     grade is reported with status ``not graded`` and the batch goes on.
+    Kernels run in the sandbox (:mod:`autograder.sandbox`); ``isolated=False``
+    (the instructor's explicit opt-out) runs them as plain processes, and
+    every result's notes say so.
 
     Raises:
-        CourseError: grading itself cannot run: no such download, nothing
-            gradable in it, or nbgrader cannot set up the assignment, fails
-            other than on single submissions, or cannot export.
+        CourseError: grading itself cannot run: the sandbox is unavailable
+            (and not opted out of), no such download, nothing gradable in it,
+            or nbgrader cannot set up the assignment, fails other than on
+            single submissions, or cannot export.
     """
+    if isolated and (reason := sandbox.problem()):
+        raise CourseError(
+            f"{reason}.\nGrading runs every student's kernel in a sandbox. To grade without isolation "
+            "(students' code then runs with your rights and can read the hidden tests), pass --no-sandbox."
+        )
+    env = {} if isolated else {sandbox.DISABLED_ENV: "1"}
     assignment_ids = course.assignment_ids()
     with intake.opened(download) as folder:
         found = intake.find_submissions(folder, assignment_ids=assignment_ids)
@@ -61,10 +75,10 @@ def grade(course: Course, download: Path) -> Grading:
 
     logs = {}
     for assignment_id in assignments:
-        autograde = run_nbgrader(course, "autograde", assignment_id)
+        autograde = run_nbgrader(course, "autograde", assignment_id, env=env)
         if autograde.returncode != 0 and PER_SUBMISSION_ERROR not in autograde.stdout + autograde.stderr:
             raise nbgrader_failure(autograde, f"nbgrader autograde {assignment_id}")
-        feedback = run_nbgrader(course, "generate_feedback", assignment_id)
+        feedback = run_nbgrader(course, "generate_feedback", assignment_id, env=env)
         logs[assignment_id] = autograde.stdout + autograde.stderr + feedback.stdout + feedback.stderr
 
     grades_csv = course.root / "grades.csv"
@@ -77,6 +91,8 @@ def grade(course: Course, download: Path) -> Grading:
         if result.status == "not graded":
             submitted = course.root / "submitted" / result.student_id / result.assignment_id
             result.notes.append(_log_excerpt(logs[result.assignment_id], submitted))
+        if not isolated:
+            result.notes.append(NOT_ISOLATED)
     task_results_csv = course.root / "task_results.csv"
     report.write_task_results(results, task_results_csv)
     return Grading(

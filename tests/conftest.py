@@ -21,9 +21,10 @@ def course_copy(tmp_path) -> Course:
     return Course(root)
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m autograder ARGS`` as a user runs it, from the repository root."""
-    return subprocess.run([sys.executable, "-m", "autograder", *args], cwd=ROOT, capture_output=True, text=True)
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m autograder ARGS`` as a user runs it, from the repository root (``env`` replaces the environment)."""
+    command = [sys.executable, "-m", "autograder", *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
 
 
 @pytest.fixture

@@ -5,31 +5,10 @@ gradebook and task_results.csv is checked on the kernel-stopper samples with
 every other sample, in test_grading.
 """
 
-import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from executed_cells import SETUP, SHOW_STATE, enames, printed, run
 
-from autograder.execute import KERNEL_DIED, NOT_RUN, TIMEOUT, Execute
-
-SETUP = "import os, signal, time\nstate = 'kept'"
-SHOW_STATE = "print(state)"
-
-
-def run(*sources: str, max_restarts: int = 3) -> list[nbformat.NotebookNode]:
-    """Execute one code cell per source (and a markdown cell first) with a 2 s timeout; the cells after execution."""
-    notebook = new_notebook(cells=[new_markdown_cell("# scratch"), *(new_code_cell(s) for s in sources)])
-    notebook.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    executor = Execute(timeout=2, shutdown_kernel="immediate", max_restarts=max_restarts)
-    executed, _ = executor.preprocess(notebook, {"metadata": {"path": "."}})
-    return executed.cells[1:]
-
-
-def enames(cell) -> list[str]:
-    return [output.ename for output in cell.outputs if output.output_type == "error"]
-
-
-def printed(cell) -> str:
-    return "".join(output.get("text", "") for output in cell.outputs if output.output_type == "stream")
+from autograder.execute import KERNEL_DIED, NOT_RUN, TIMEOUT
 
 
 @pytest.mark.parametrize(

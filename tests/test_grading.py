@@ -5,13 +5,17 @@ import csv
 import filecmp
 import json
 import math
+import os
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 from nbgrader.api import Gradebook
 
 from autograder.build import build
 from autograder.course import ROOT, grade_id, is_autograder_tests, is_grade, is_solution
 from autograder.demo import demo
+from autograder.grade import NOT_ISOLATED
 from autograder.samples import samples, write_download
 
 
@@ -129,6 +133,24 @@ def test_grade_fails_clearly_when_it_cannot_run(cli, tmp_path):
     empty = cli("grade", str(tmp_path / "empty"))
     assert empty.returncode == 2
     assert "no submissions" in empty.stderr
+
+
+def test_without_a_sandbox_grade_stops_unless_the_instructor_opts_out(course_copy, cli, tmp_path):
+    assignment_id = course_copy.assignment_ids()[0]
+    reference = next(s for s in samples(course_copy, assignment_id) if s.student_id == "reference")
+    download = write_download([reference], tmp_path / "download")
+    no_bwrap = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # no /usr/bin: bwrap is not found
+
+    refused = cli("--course", str(course_copy.root), "grade", str(download), env=no_bwrap)
+    assert refused.returncode == 2
+    assert "bubblewrap (bwrap) is not installed" in refused.stderr and "--no-sandbox" in refused.stderr
+    assert not (course_copy.root / "autograded").exists()
+
+    opted_out = cli("--course", str(course_copy.root), "grade", "--no-sandbox", str(download), env=no_bwrap)
+    assert opted_out.returncode == 0, opted_out.stderr
+    rows = task_rows(course_copy, "reference")
+    assert sum(float(row["score"]) for row in rows) == reference.expected_total
+    assert all(NOT_ISOLATED in row["notes"] for row in rows)
 
 
 def test_demo_refuses_an_unknown_assignment(cli):

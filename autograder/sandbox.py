@@ -1,0 +1,252 @@
+"""Stage ``sandbox``: the student's kernel runs in a bubblewrap sandbox; nbgrader and the gradebook stay outside.
+
+:class:`SandboxedKernelManager` (registered in ``nbgrader_config.py`` as
+nbgrader's ``Execute.kernel_manager_class``) starts each kernel through
+``bwrap`` (https://github.com/containers/bubblewrap) with:
+
+- an empty root file system holding only the system's programs and
+  libraries, ``/etc`` and the Python environment, all read-only;
+- a scratch copy of the folder nbgrader executes in (the student's
+  notebook and ``checks.py``) as its working directory, at
+  ``/home/student/<folder>``, and a private ``/tmp`` (also its ``HOME``): the course directory,
+  the gradebook, source/ and other students' work are not there at all;
+- no network (a network namespace with only its own loopback), its own
+  process, IPC and UTS namespaces, a new session (no terminal to write to);
+- its own unprivileged user (uid :attr:`SandboxedKernelManager.uid`), and
+  resource limits (``prlimit``): CPU seconds, data segment (memory; not
+  ``RLIMIT_AS``, which breaks ``import torch``), processes and threads,
+  file size and open files;
+- an environment reduced to what the notebooks read (:data:`PASSED_ENV`).
+
+The kernel talks to nbgrader over ``ipc`` transport (Unix sockets in a
+runtime folder bound at the same path inside and out), and is interrupted
+by a control message (a signal to ``bwrap`` would not reach it).
+
+Running as root, the sandbox drops to :attr:`uid` inside, so
+``RLIMIT_NPROC`` binds (it never binds root). Running as another user it
+uses a user namespace; the process limit then counts all of that user's
+processes, so it is not set.
+
+Where ``bwrap`` is missing or cannot create its namespaces, :func:`problem`
+says why; grading then refuses to run unless the instructor opts out with
+``grade --no-sandbox``, and the results say the kernels ran without
+isolation.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import AsyncKernelManager
+from traitlets import Bool, Integer, default
+
+WORK_PARENT = Path("/home/student")
+"""Inside the sandbox, the kernel's working directory is ``WORK_PARENT/<folder nbgrader runs in>``."""
+
+PASSED_ENV = ("COURSE_", "NBGRADER_", "OMP_", "MKL_", "OPENBLAS_", "PYTHONHASHSEED", "LANG", "LC_", "TZ")
+"""Environment variables (names or prefixes) the kernel keeps; all others are dropped (secrets, PYTHONPATH).
+jupyter_client's JPY_PARENT_PID is set to 1 inside: in its own PID namespace the kernel's parent is PID 1, which
+ipykernel's parent poller would read as its parent gone; for PID 1 it polls nothing (``--die-with-parent`` does
+that job) and prints no connection banner."""
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
+"""Host folders visible read-only inside (symbolic links, as on merged-/usr systems, are recreated as links)."""
+
+TMP_BYTES = 256 * 2**20
+"""Size of the kernel's private /tmp (memory-backed)."""
+
+DISABLED_ENV = "AUTOGRADER_NO_SANDBOX"
+"""Set (to anything) in nbgrader's environment, it runs kernels without the sandbox: ``grade --no-sandbox``."""
+
+
+def bwrap() -> str | None:
+    """The ``bwrap`` executable on PATH, or None."""
+    return shutil.which("bwrap")
+
+
+def problem() -> str | None:
+    """Why the sandbox cannot run here (None when it can): bwrap missing, or a trial sandbox failing."""
+    executable = bwrap()
+    if executable is None:
+        return "bubblewrap (bwrap) is not installed: on Debian or Ubuntu, `apt-get install bubblewrap`"
+    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as scratch:
+        command = [executable, *_namespace_args(), *_filesystem_args(Path(scratch), Path(scratch))]
+        command += [*_user_args(uid=_default_uid()), sys.executable, "-c", "pass"]
+        trial = subprocess.run(command, capture_output=True, text=True, check=False)
+    if trial.returncode != 0:
+        return f"bwrap cannot create a sandbox here ({trial.stderr.strip() or f'exit code {trial.returncode}'})"
+    return None
+
+
+def _default_uid() -> int:
+    return 200_000 + os.getpid() % 50_000
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernels run inside bubblewrap (see the module docstring); ``ipc`` transport."""
+
+    enabled = Bool(
+        not os.environ.get(DISABLED_ENV), help="Run kernels in the sandbox (False: as plain local processes)."
+    ).tag(config=True)
+    uid = Integer(help="User id the kernel runs as (root only; default: 200000 + this process's id modulo 50000).")
+    cpu_seconds = Integer(600, help="RLIMIT_CPU: CPU seconds for the whole kernel (all cells).").tag(config=True)
+    memory_bytes = Integer(6 * 2**30, help="RLIMIT_DATA per process of the kernel, in bytes.").tag(config=True)
+    processes = Integer(512, help="RLIMIT_NPROC: processes and threads of the kernel's user.").tag(config=True)
+    file_size_bytes = Integer(64 * 2**20, help="RLIMIT_FSIZE: the largest file the kernel may write.").tag(config=True)
+    open_files = Integer(1024, help="RLIMIT_NOFILE: open file descriptors.").tag(config=True)
+
+    @default("uid")
+    def _uid_default(self) -> int:
+        return _default_uid()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._scratch: Path | None = None
+
+    async def _async_pre_start_kernel(self, **kw: Any) -> tuple[list[str], dict[str, Any]]:
+        if not self.enabled:
+            return await super()._async_pre_start_kernel(**kw)
+        if self._scratch is None:  # first start; a restart keeps the folders (and what the kernel wrote)
+            self._scratch = Path(tempfile.mkdtemp(prefix="kernel-sandbox-"))
+            origin = Path(kw.get("cwd") or os.getcwd())
+            self._work = self._scratch / "work"
+            shutil.copytree(origin, self._work, symlinks=True, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+            self._inside = WORK_PARENT / origin.name
+            self._runtime = self._scratch / "runtime"
+            self._runtime.mkdir()
+            if os.geteuid() == 0:
+                for path in [self._scratch, self._runtime, self._work, *self._work.rglob("*")]:
+                    os.lchown(path, self.uid, self.uid)
+            self.transport = "ipc"
+            self.ip = str(self._runtime / "kernel")
+            self.connection_file = str(self._runtime / "kernel.json")
+        kw["cwd"] = str(self._scratch)
+        kernel_cmd, kw = await super()._async_pre_start_kernel(**kw)
+        if os.geteuid() == 0:
+            os.chown(self.connection_file, self.uid, self.uid)
+        kw["env"] = self._kernel_env(kw.get("env") or os.environ)
+        return self._wrapped(kernel_cmd), kw
+
+    def _kernel_env(self, env: dict[str, str]) -> dict[str, str]:
+        kept = {name: value for name, value in env.items() if name.startswith(PASSED_ENV)}
+        return {
+            **kept,
+            "HOME": "/tmp",
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "TMPDIR": "/tmp",
+            "MPLCONFIGDIR": "/tmp/matplotlib",
+            "JUPYTER_RUNTIME_DIR": "/tmp/jupyter",
+        }
+
+    def _wrapped(self, kernel_cmd: list[str]) -> list[str]:
+        assert self._scratch is not None
+        executable = bwrap()
+        if executable is None:
+            raise RuntimeError(problem())
+        limits = [
+            f"--cpu={self.cpu_seconds}",
+            f"--data={self.memory_bytes}",
+            f"--fsize={self.file_size_bytes}",
+            f"--nofile={self.open_files}",
+            "--core=0",
+        ]
+        if os.geteuid() == 0:
+            limits.append(f"--nproc={self.processes}")
+        return [
+            executable,
+            *_namespace_args(),
+            *_filesystem_args(self._work, self._inside),
+            *_parents(str(self._runtime)),
+            "--bind",
+            str(self._runtime),
+            str(self._runtime),
+            *_user_args(self.uid),
+            "prlimit",
+            *limits,
+            "--",
+            *kernel_cmd,
+        ]
+
+    async def _async_interrupt_kernel(self) -> None:
+        if not self.enabled:
+            return await super()._async_interrupt_kernel()
+        # ipykernel answers an interrupt_request by signalling itself, inside the sandbox.
+        self._connect_control_socket()
+        self.session.send(self._control_socket, self.session.msg("interrupt_request", content={}))
+
+    interrupt_kernel = _async_interrupt_kernel
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart=restart)
+        if not restart and self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    cleanup_resources = _async_cleanup_resources
+
+
+def _namespace_args() -> list[str]:
+    return [
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--setenv",
+        "JPY_PARENT_PID",
+        "1",
+    ]
+
+
+def _filesystem_args(work: Path, inside: Path) -> list[str]:
+    """Read-only system folders and Python, a private /tmp, /proc and /dev, ``work`` bound read-write at ``inside``."""
+    args: list[str] = []
+    for folder in SYSTEM_DIRS:
+        if os.path.islink(folder):
+            args += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            args += ["--ro-bind", folder, folder]
+    python_dirs = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    python_dirs |= {sys.prefix, sys.base_prefix}
+    for folder in sorted(python_dirs):
+        args += [*_parents(folder), "--ro-bind", folder, folder]
+    for device in sorted(Path("/dev").glob("nvidia*")):  # CUDA, when the host has it
+        args += ["--dev-bind", str(device), str(device)]
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
+    args += [*_parents(str(inside)), "--bind", str(work), str(inside), "--chdir", str(inside)]
+    return args
+
+
+def _parents(path: str) -> list[str]:
+    """``--dir`` for every ancestor of ``path`` (mode 0755: bwrap's own default, 0700, locks the kernel's user out)."""
+    args: list[str] = []
+    for parent in reversed(Path(path).parents):
+        if str(parent) != "/":
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def _user_args(uid: int) -> list[str]:
+    """Root: keep the real uid namespace and drop to ``uid`` with setpriv; others: a user namespace."""
+    if os.geteuid() == 0:
+        return [
+            "--cap-add",
+            "CAP_SETUID,CAP_SETGID",
+            "--",
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ]
+    return ["--unshare-user", "--uid", str(uid), "--gid", str(uid), "--"]

@@ -1,0 +1,33 @@
+"""Scratch notebooks run cell by cell through the course's executor (real sandboxed kernels, a 2 s cell timeout)."""
+
+import tempfile
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from autograder.execute import Execute
+
+SETUP = "import os, signal, time\nstate = 'kept'"
+SHOW_STATE = "print(state)"
+
+
+def run(*sources: str, max_restarts: int = 3, folder: Path | None = None) -> list[nbformat.NotebookNode]:
+    """Execute one code cell per source (and a markdown cell first) with a 2 s timeout; the cells after execution.
+
+    The kernel starts in the sandbox, in a copy of ``folder`` (default: an empty one).
+    """
+    notebook = new_notebook(cells=[new_markdown_cell("# scratch"), *(new_code_cell(s) for s in sources)])
+    notebook.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    executor = Execute(timeout=2, shutdown_kernel="immediate", max_restarts=max_restarts)
+    with tempfile.TemporaryDirectory() as empty:
+        executed, _ = executor.preprocess(notebook, {"metadata": {"path": str(folder or empty)}})
+    return executed.cells[1:]
+
+
+def enames(cell) -> list[str]:
+    return [output.ename for output in cell.outputs if output.output_type == "error"]
+
+
+def printed(cell) -> str:
+    return "".join(output.get("text", "") for output in cell.outputs if output.output_type == "stream")

@@ -1,0 +1,106 @@
+"""The sandbox: what a student's kernel cannot reach, and limits that cost only the cells they hit.
+
+Each test runs real kernels in the real bubblewrap sandbox through the
+course's executor. A cell after each attack shows the kernel (and its state)
+carried on.
+"""
+
+import os
+import socket
+import sys
+import uuid
+
+import pytest
+from executed_cells import SETUP, SHOW_STATE, enames, printed, run
+
+from autograder import sandbox
+from autograder.course import ROOT
+from autograder.execute import Execute
+
+PROBLEM = sandbox.problem()
+pytestmark = pytest.mark.skipif(
+    PROBLEM is not None and not os.environ.get("CI"),
+    reason=f"no sandbox here: {PROBLEM} (.ci/run installs bubblewrap; under CI these tests run and fail)",
+)
+
+
+def test_the_kernel_sees_a_scratch_copy_of_its_folder_and_nothing_of_the_course(tmp_path):
+    (tmp_path / "checks.py").write_text("HELPER = 'copied'\n")
+    setup, listing, course, written, state = run(
+        SETUP,
+        "print(sorted(os.listdir('.')), os.getcwd())\nimport checks\nprint(checks.HELPER)",
+        f"print(sorted(os.listdir({str(ROOT)!r})))\nopen({str(ROOT / 'nbgrader_config.py')!r})",
+        "open('answer.txt', 'w').write('kept in the scratch copy')",
+        SHOW_STATE,
+        folder=tmp_path,
+    )
+    assert printed(listing) == f"['checks.py'] {sandbox.WORK_PARENT / tmp_path.name}\ncopied\n"
+    assert "source" not in printed(course) and "gradebook.db" not in printed(course)
+    assert enames(course) == ["FileNotFoundError"]
+    assert enames(written) == [] and not (tmp_path / "answer.txt").exists()
+    assert printed(state) == "kept\n"
+
+
+def test_the_kernel_cannot_write_outside_its_folder_and_its_tmp_is_private(tmp_path):
+    marker = f"/tmp/sandbox-marker-{uuid.uuid4().hex}"
+    setup, python, root, tmp, user = run(
+        SETUP,
+        f"open({os.path.join(sys.prefix, 'planted.py')!r}, 'w')",
+        "open('/planted.txt', 'w')",
+        f"open({marker!r}, 'w').write('inside')\nprint(open({marker!r}).read())",
+        "print(os.getuid(), os.getgid())",
+    )
+    assert enames(python) == ["OSError"]  # read-only file system
+    assert enames(root) == ["PermissionError"]
+    assert printed(tmp) == "inside\n" and not os.path.exists(marker)
+    uid, gid = map(int, printed(user).split())
+    assert uid != 0 and gid != 0
+
+
+def test_the_kernel_has_no_network_and_none_of_the_graders_secrets(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "grader-only")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        setup, loopback, outside, secret = run(
+            SETUP,
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)",
+            "socket.create_connection(('1.1.1.1', 53), timeout=1)",
+            "print(os.environ.get('AWS_SECRET_ACCESS_KEY'), 'PYTHONPATH' in os.environ)",
+        )
+    assert enames(loopback) == ["ConnectionRefusedError"], "the grader's loopback is not the kernel's"
+    assert enames(outside) == ["OSError"]  # network is unreachable
+    assert printed(secret) == "None False\n"
+
+
+def test_a_memory_hog_a_process_flood_and_a_huge_file_cost_only_their_cells():
+    flood = (
+        "children = []\n"
+        "while True:\n"
+        "    children.append(os.fork())\n"
+        "    if children[-1] == 0:\n"
+        "        time.sleep(2)\n"
+        "        os._exit(0)"
+    )
+    setup, hog, after_hog, forks, after_forks, big_file, after_file = run(
+        SETUP,
+        "hog = bytearray(64 * 2**30)",
+        SHOW_STATE,
+        flood,
+        SHOW_STATE,
+        "open('big.bin', 'wb').write(bytes(128 * 2**20))",
+        SHOW_STATE,
+    )
+    assert enames(hog) == ["MemoryError"]
+    assert enames(forks) == ["BlockingIOError"]  # fork: resource temporarily unavailable (RLIMIT_NPROC)
+    assert enames(big_file) == ["OSError"]  # file too large (RLIMIT_FSIZE)
+    assert [printed(c) for c in (after_hog, after_forks, after_file)] == ["kept\n"] * 3
+
+
+def test_megabytes_of_output_are_cut_at_the_cells_limit_and_a_later_error_still_shows():
+    flood = "for line in range(100_000):\n    print('x' * 100)\nraise ValueError('after the flood')"
+    setup, flooded, state = run(SETUP, flood, SHOW_STATE)
+    kept = sum(len(output.get("text", "")) for output in flooded.outputs)
+    assert Execute.max_output_bytes.default_value * 0.9 < kept < Execute.max_output_bytes.default_value * 1.01
+    assert "dropped by the grader" in printed(flooded)
+    assert enames(flooded) == ["ValueError"]
+    assert printed(state) == "kept\n"
