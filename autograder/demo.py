@@ -50,7 +50,8 @@ def summary(assignment_ids: list[str], problems: dict[tuple[str, str], list[str]
     """One row per assignment and a total: how many samples of each kind graded as they must (``got/all``)."""
     kinds = [("reference", "reference at full marks"), ("unchanged_release", "release at zero")]
     kinds += [("wrong_", "wrong answers caught"), ("hostile_", "hostile caught")]
-    kinds += [("stops_", "kernel stops contained"), ("valid_", "valid alternatives kept")]
+    kinds += [("stops_", "kernel stops contained"), ("escape_", "escapes contained")]
+    kinds += [("valid_", "valid alternatives kept")]
     header = ["assignment", *(title for _, title in kinds)]
     rows = []
     for assignment in [*assignment_ids, "total"]:

@@ -20,6 +20,11 @@ kernel; they must lose only the cells in ``loses``. They also give the
 submission's ``status`` and, in ``task_status``, the status of the cells hit
 (``{grade_id = "kernel died"}``, see :attr:`autograder.report.TaskResult.status`).
 
+Escapes (``[[escape]]`` tables in the same files, ``attempt`` instead of
+``mistake``, and ``status``; student ids ``escape_<name>``) reach outside the
+kernel's folder for what grading keeps from students (the instructor's
+source/); in the sandbox they find nothing and must lose ``loses``.
+
 Valid alternatives (``[[valid_alternative]]`` tables in the wrong answers'
 file: ``name``, ``cell``, ``note`` saying how it differs, ``source``; no
 ``loses``; student ids ``valid_<name>``) are other correct solutions, which
@@ -128,6 +133,7 @@ VARIANT_FILES = {
     "valid": (SAMPLES_DIR, "valid_alternative"),
     "hostile": (HOSTILE_DIR, "hostile"),
     "stops": (HOSTILE_DIR, "stops_kernel"),
+    "escape": (HOSTILE_DIR, "escape"),
 }
 """Student-id prefix -> (folder of ``<assignment_id>.toml`` files, name of their tables)."""
 

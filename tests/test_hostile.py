@@ -1,19 +1,22 @@
 """Hostile fixtures really fool the kernel: executed without the verdict, the cells they must lose show no error.
+Escapes really work where stock nbgrader runs kernels (in the course directory), and fail in the sandbox.
 
 (That the real pipeline scores those cells 0 is checked with every other sample, in test_grading.)
 """
 
+import copy
 import shutil
 
 import pytest
 
 from autograder.build import execute_notebook
 from autograder.course import CHECKS_MODULE, ROOT, Course, grade_id
+from autograder.execute import Execute
 from autograder.samples import samples
 
-HOSTILE = [
-    s for a in Course(ROOT).assignment_ids() for s in samples(Course(ROOT), a) if s.student_id.startswith("hostile_")
-]
+ALL = [s for a in Course(ROOT).assignment_ids() for s in samples(Course(ROOT), a)]
+HOSTILE = [s for s in ALL if s.student_id.startswith("hostile_")]
+ESCAPES = [s for s in ALL if s.student_id.startswith("escape_")]
 
 
 def test_there_are_hostile_fixtures():
@@ -24,10 +27,29 @@ def test_there_are_hostile_fixtures():
 def test_the_trick_hides_every_failure_from_the_kernel(sample, tmp_path):
     shutil.copy(CHECKS_MODULE, tmp_path / "checks.py")
     executed = execute_notebook(sample.notebook, cwd=tmp_path, env={"COURSE_DEVICE": "cpu"})
+    assert failing(executed, sample) == {}
+
+
+def failing(executed, sample) -> dict[str, list[str]]:
+    """The cells a sample must lose that show an error after ``executed``: ``{grade_id: [ename, ...]}``."""
     lost = {name for name, score in sample.expected.items() if score == 0}
     errors = {
         grade_id(cell): [output.ename for output in cell.outputs if output.output_type == "error"]
         for cell in executed.cells
         if cell.cell_type == "code" and grade_id(cell) in lost
     }
-    assert {name: names for name, names in errors.items() if names} == {}
+    return {name: names for name, names in errors.items() if names}
+
+
+@pytest.mark.parametrize("sample", ESCAPES, ids=[f"{s.assignment_id}/{s.student_id}" for s in ESCAPES])
+def test_the_escape_works_in_the_course_directory_and_fails_in_the_sandbox(sample, course_copy):
+    """In the course directory (as stock nbgrader runs kernels) it earns its cells; in the sandbox it does not."""
+    folder = course_copy.root / "autograded" / "escaper" / sample.assignment_id
+    folder.mkdir(parents=True)
+    shutil.copy(CHECKS_MODULE, folder / "checks.py")
+    unsandboxed = execute_notebook(sample.notebook, cwd=folder, env={"COURSE_DEVICE": "cpu"})
+    resources = {"metadata": {"path": str(folder)}}
+    sandboxed, _ = Execute(timeout=60).preprocess(copy.deepcopy(sample.notebook), resources)
+    assert failing(unsandboxed, sample) == {}
+    code_cells = {grade_id(cell) for cell in sample.notebook.cells if cell.cell_type == "code"}
+    assert set(failing(sandboxed, sample)) == {n for n, score in sample.expected.items() if score == 0} & code_cells

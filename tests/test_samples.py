@@ -59,6 +59,6 @@ def test_the_demo_summary_counts_samples_that_graded_as_they_must():
     }
     lines = summary(["01_a", "02_b"], problems).splitlines()
     assert lines[0].split("  ")[0] == "assignment"
-    assert lines[2].split() == ["01_a", "1/1", "0/0", "0/1", "0/0", "0/0", "0/0"]
-    assert lines[3].split() == ["02_b", "0/0", "0/0", "1/1", "0/0", "0/1", "1/1"]
-    assert lines[4].split() == ["total", "1/1", "0/0", "1/2", "0/0", "0/1", "1/1"]
+    assert lines[2].split() == ["01_a", "1/1", "0/0", "0/1", "0/0", "0/0", "0/0", "0/0"]
+    assert lines[3].split() == ["02_b", "0/0", "0/0", "1/1", "0/0", "0/1", "0/0", "1/1"]
+    assert lines[4].split() == ["total", "1/1", "0/0", "1/2", "0/0", "0/1", "0/0", "1/1"]
