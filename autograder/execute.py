@@ -20,6 +20,10 @@ A cell keeps at most :attr:`Execute.max_output_bytes` of output (a note says
 what was dropped; error outputs are always kept), so megabytes of prints
 neither fill the grader's memory nor hide a failure.
 
+The whole notebook has :attr:`Execute.notebook_timeout` seconds: a cell may
+run for nbgrader's ``timeout`` or what is left of that, whichever is less,
+and cells after it are not run.
+
 A cell that ends in time after the timeout's interrupt (a plain busy loop)
 keeps nbgrader's behaviour: a ``CellTimeoutError`` output and no restart.
 After :attr:`Execute.max_restarts` restarts, or when a replay fails, the
@@ -29,6 +33,8 @@ remaining code cells are not run and each gets a :data:`NOT_RUN` error.
 from __future__ import annotations
 
 import copy
+import math
+import time
 from typing import Any
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -73,6 +79,11 @@ class Execute(NbgraderExecute):
         help="Output a cell may keep, in bytes (error outputs always kept); the rest is dropped with a note.",
     ).tag(config=True)
 
+    notebook_timeout = Integer(
+        600,
+        help="Wall-clock seconds for the whole notebook; a cell gets at most what is left, later cells are not run.",
+    ).tag(config=True)
+
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(**kwargs)
@@ -82,6 +93,17 @@ class Execute(NbgraderExecute):
         self._output_bytes: dict[int, int] = {}
         self._restarts = 0
         self._gave_up: str | None = None
+        self._started: float | None = None
+
+    def _left(self) -> float:
+        """Seconds left of :attr:`notebook_timeout`, counted from the first code cell (not the kernel's start)."""
+        if self._started is None:
+            self._started = time.monotonic()
+        return self.notebook_timeout - (time.monotonic() - self._started)
+
+    def _get_timeout(self, cell: NotebookNode | None) -> int | None:
+        timeout = super()._get_timeout(cell)
+        return max(1, math.ceil(min(timeout or self._left(), self._left())))
 
     async def async_execute_cell(
         self,
@@ -90,6 +112,8 @@ class Execute(NbgraderExecute):
         execution_count: int | None = None,
         store_history: bool = True,
     ) -> NotebookNode:
+        if cell.cell_type == "code" and cell.source.strip() and not self._gave_up and self._left() <= 0:
+            self._gave_up = f"not run: the notebook ran past its {self.notebook_timeout} s limit"
         if self._gave_up and cell.cell_type == "code" and cell.source.strip():
             cell.outputs = [error_output(NOT_RUN, self._gave_up)]
             return cell
@@ -102,9 +126,7 @@ class Execute(NbgraderExecute):
         except DeadKernelError:
             problem = error_output(KERNEL_DIED, "the kernel died while this cell ran (it exited or crashed)")
         except CellTimeoutError:
-            problem = error_output(
-                TIMEOUT, f"the cell ran past its {self.timeout} s limit and did not stop when interrupted"
-            )
+            problem = error_output(TIMEOUT, "the cell ran past its time limit and did not stop when interrupted")
         cell.setdefault("outputs", []).append(problem)
         await self._restart_and_replay(cell_index)
         return cell

@@ -12,14 +12,18 @@ SETUP = "import os, signal, time\nstate = 'kept'"
 SHOW_STATE = "print(state)"
 
 
-def run(*sources: str, max_restarts: int = 3, folder: Path | None = None) -> list[nbformat.NotebookNode]:
+def run(
+    *sources: str, max_restarts: int = 3, notebook_timeout: int = 600, folder: Path | None = None
+) -> list[nbformat.NotebookNode]:
     """Execute one code cell per source (and a markdown cell first) with a 2 s timeout; the cells after execution.
 
     The kernel starts in the sandbox, in a copy of ``folder`` (default: an empty one).
     """
     notebook = new_notebook(cells=[new_markdown_cell("# scratch"), *(new_code_cell(s) for s in sources)])
     notebook.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    executor = Execute(timeout=2, shutdown_kernel="immediate", max_restarts=max_restarts)
+    executor = Execute(
+        timeout=2, shutdown_kernel="immediate", max_restarts=max_restarts, notebook_timeout=notebook_timeout
+    )
     with tempfile.TemporaryDirectory() as empty:
         executed, _ = executor.preprocess(notebook, {"metadata": {"path": str(folder or empty)}})
     return executed.cells[1:]

@@ -51,3 +51,10 @@ def test_past_the_restart_budget_the_remaining_cells_are_not_run():
     assert enames(first) == [KERNEL_DIED] and enames(second) == [KERNEL_DIED]
     assert enames(after) == [NOT_RUN] and enames(last) == [NOT_RUN]
     assert "2 times" in after.outputs[0].evalue
+
+
+def test_past_the_notebooks_time_limit_the_remaining_cells_are_not_run():
+    setup, first, second, third = run(SETUP, "time.sleep(1.5)", "time.sleep(1.5)", SHOW_STATE, notebook_timeout=2)
+    assert enames(first) == []
+    assert enames(second) == ["KeyboardInterrupt", TIMEOUT], "it gets only the half second left"
+    assert enames(third) == [NOT_RUN] and "2 s limit" in third.outputs[0].evalue
