@@ -16,9 +16,13 @@ the cells hit:
   silently, to rebuild the state later cells need (imports, definitions);
 - execution goes on with the next cell.
 
-A cell keeps at most :attr:`Execute.max_output_bytes` of output (a note says
-what was dropped; error outputs are always kept), so megabytes of prints
-neither fill the grader's memory nor hide a failure.
+A cell keeps at most :attr:`Execute.max_output_bytes` of output, and the
+notebook's other cells together :attr:`Execute.max_notebook_output_bytes`
+(test cells, fixed in number by the release, only their own limit), a note
+saying what was dropped; error outputs are always kept, cut to
+:data:`MAX_TRACEBACK_LINES` lines. So megabytes of prints neither fill the
+grader's memory nor hide a failure, and a flood in the student's cells does
+not silence a later test.
 
 The whole notebook has :attr:`Execute.notebook_timeout` seconds: a cell may
 run for nbgrader's ``timeout`` or what is left of that, whichever is less,
@@ -44,6 +48,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute as NbgraderExecute
 from traitlets import Integer
 
+from .course import is_autograder_tests
 from .sandbox import SandboxedKernelManager
 
 KERNEL_DIED = "DeadKernelError"
@@ -54,6 +59,11 @@ TIMEOUT = "CellTimeoutError"
 
 NOT_RUN = "CellNotRunError"
 """``ename`` of the error output on a cell left unrun because the kernel could not be brought back."""
+
+
+MAX_TRACEBACK_LINES = 200
+MAX_TRACEBACK_LINE = 10_000
+"""An error output keeps its last 200 traceback lines, each (and its message) cut to 10,000 characters."""
 
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
@@ -79,6 +89,10 @@ class Execute(NbgraderExecute):
         help="Output a cell may keep, in bytes (error outputs always kept); the rest is dropped with a note.",
     ).tag(config=True)
 
+    max_notebook_output_bytes = Integer(
+        16 * 2**20, help="Output the whole notebook may keep, in bytes (error outputs always kept)."
+    ).tag(config=True)
+
     notebook_timeout = Integer(
         600,
         help="Wall-clock seconds for the whole notebook; a cell gets at most what is left, later cells are not run.",
@@ -91,6 +105,8 @@ class Execute(NbgraderExecute):
     def reset_execution_trackers(self) -> None:
         super().reset_execution_trackers()
         self._output_bytes: dict[int, int] = {}
+        self._cut: set[int] = set()
+        self._notebook_bytes = 0
         self._restarts = 0
         self._gave_up: str | None = None
         self._started: float | None = None
@@ -136,23 +152,34 @@ class Execute(NbgraderExecute):
     def output(
         self, outs: list[NotebookNode], msg: dict, display_id: str | None, cell_index: int
     ) -> NotebookNode | None:
-        if msg["msg_type"] != "error":
-            used = self._output_bytes.get(cell_index, 0)
-            left = self.max_output_bytes - used
+        if msg["msg_type"] == "error":
+            content = msg["content"]
+            lines = content.get("traceback", [])[-MAX_TRACEBACK_LINES:]
+            content["traceback"] = [line[:MAX_TRACEBACK_LINE] for line in lines]
+            content["evalue"] = str(content.get("evalue", ""))[:MAX_TRACEBACK_LINE]
+        else:
+            cell_used = self._output_bytes.get(cell_index, 0)
+            left = self.max_output_bytes - cell_used
+            if not is_autograder_tests(self.nb.cells[cell_index]):  # test cells are few: the release fixes them
+                left = min(left, self.max_notebook_output_bytes - self._notebook_bytes)
             size = len(str(msg["content"]))
-            self._output_bytes[cell_index] = used + size
             if size > left:
                 if left > 0 and msg["msg_type"] == "stream":
-                    super().output(
-                        outs,
-                        {**msg, "content": {**msg["content"], "text": msg["content"]["text"][:left]}},
-                        None,
-                        cell_index,
+                    text = msg["content"]["text"][:left]
+                    super().output(outs, {**msg, "content": {**msg["content"], "text": text}}, None, cell_index)
+                if cell_index not in self._cut:
+                    self._cut.add(cell_index)
+                    note = (
+                        f"\n[output past the grader's limit dropped ({self.max_output_bytes} bytes per cell, "
+                        f"{self.max_notebook_output_bytes} per notebook)]\n"
                     )
-                if left >= 0:
-                    note = f"\n[output past {self.max_output_bytes} bytes dropped by the grader]\n"
                     outs.append(new_output("stream", name="stdout", text=note))
-                    self._output_bytes[cell_index] = self.max_output_bytes + 1
+                kept = max(left, 0)
+            else:
+                kept = size
+            self._output_bytes[cell_index] = cell_used + kept
+            self._notebook_bytes += kept if not is_autograder_tests(self.nb.cells[cell_index]) else 0
+            if kept < size:
                 return None
         return super().output(outs, msg, display_id, cell_index)
 

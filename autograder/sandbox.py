@@ -35,6 +35,7 @@ isolation.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -84,8 +85,16 @@ def problem() -> str | None:
     return None
 
 
+_kernels_started = itertools.count()
+
+
 def _default_uid() -> int:
-    return 200_000 + os.getpid() % 50_000
+    """A user id for the next kernel: 200000 + 100 * (process id mod 1000) + (kernels started here mod 100).
+
+    Each kernel gets its own, so ``RLIMIT_NPROC`` (counted per user) never counts the processes a
+    previous kernel left dying, nor those of kernels that other grading processes run at the same time.
+    """
+    return 200_000 + 100 * (os.getpid() % 1000) + next(_kernels_started) % 100
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -94,7 +103,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     enabled = Bool(
         not os.environ.get(DISABLED_ENV), help="Run kernels in the sandbox (False: as plain local processes)."
     ).tag(config=True)
-    uid = Integer(help="User id the kernel runs as (root only; default: 200000 + this process's id modulo 50000).")
+    uid = Integer(help="User id the kernel runs as (root only; default: a fresh one per kernel, see _default_uid).")
     cpu_seconds = Integer(600, help="RLIMIT_CPU: CPU seconds for the whole kernel (all cells).").tag(config=True)
     memory_bytes = Integer(6 * 2**30, help="RLIMIT_DATA per process of the kernel, in bytes.").tag(config=True)
     processes = Integer(512, help="RLIMIT_NPROC: processes and threads of the kernel's user.").tag(config=True)

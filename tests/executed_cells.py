@@ -13,13 +13,21 @@ SHOW_STATE = "print(state)"
 
 
 def run(
-    *sources: str, max_restarts: int = 3, notebook_timeout: int = 600, folder: Path | None = None
+    *sources: str,
+    max_restarts: int = 3,
+    notebook_timeout: int = 600,
+    folder: Path | None = None,
+    tests: frozenset[int] = frozenset(),
 ) -> list[nbformat.NotebookNode]:
     """Execute one code cell per source (and a markdown cell first) with a 2 s timeout; the cells after execution.
 
-    The kernel starts in the sandbox, in a copy of ``folder`` (default: an empty one).
+    The kernel starts in the sandbox, in a copy of ``folder`` (default: an empty one). Sources whose
+    index is in ``tests`` become nbgrader autograder-tests cells.
     """
-    notebook = new_notebook(cells=[new_markdown_cell("# scratch"), *(new_code_cell(s) for s in sources)])
+    cells = [new_code_cell(source) for source in sources]
+    for index in tests:
+        cells[index].metadata.nbgrader = {"grade": True, "solution": False, "grade_id": f"test_{index}", "points": 1}
+    notebook = new_notebook(cells=[new_markdown_cell("# scratch"), *cells])
     notebook.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
     executor = Execute(
         timeout=2, shutdown_kernel="immediate", max_restarts=max_restarts, notebook_timeout=notebook_timeout

@@ -101,6 +101,19 @@ def test_megabytes_of_output_are_cut_at_the_cells_limit_and_a_later_error_still_
     setup, flooded, state = run(SETUP, flood, SHOW_STATE)
     kept = sum(len(output.get("text", "")) for output in flooded.outputs)
     assert Execute.max_output_bytes.default_value * 0.9 < kept < Execute.max_output_bytes.default_value * 1.01
-    assert "dropped by the grader" in printed(flooded)
+    assert "output past the grader's limit dropped" in printed(flooded)
     assert enames(flooded) == ["ValueError"]
     assert printed(state) == "kept\n"
+
+
+def test_a_notebooks_output_is_capped_across_its_cells_but_a_later_test_cell_keeps_its_own():
+    cell_limit, notebook_limit = Execute.max_output_bytes.default_value, Execute.max_notebook_output_bytes.default_value
+    chunk = "print('y' * 2**16)\n" * ((cell_limit - 2**16) // 2**16)  # just under a cell's limit
+    floods = notebook_limit // cell_limit + 1
+    cells = run(SETUP, *[chunk] * floods, SHOW_STATE, SHOW_STATE, tests=frozenset({floods + 2}))
+    kept = [sum(len(output.get("text", "")) for output in cell.outputs) for cell in cells[1 : floods + 1]]
+    assert sum(kept) < notebook_limit * 1.01
+    assert "dropped" not in printed(cells[1]) and "output past the grader's limit dropped" in printed(cells[floods])
+    plain, test = cells[-2:]
+    assert "kept" not in printed(plain), "past the notebook's budget, an ordinary cell keeps nothing"
+    assert printed(test) == "kept\n"
