@@ -223,22 +223,26 @@ def _filesystem_args(work: Path, inside: Path) -> list[str]:
             args += ["--symlink", os.readlink(folder), folder]
         elif os.path.isdir(folder):
             args += ["--ro-bind", folder, folder]
+    # /tmp first: Python (a virtual environment under /tmp, say) and the work folder are mounted over it.
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
     python_dirs = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     python_dirs |= {sys.prefix, sys.base_prefix}
     for folder in sorted(python_dirs):
         args += [*_parents(folder), "--ro-bind", folder, folder]
     for device in sorted(Path("/dev").glob("nvidia*")):  # CUDA, when the host has it
         args += ["--dev-bind", str(device), str(device)]
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
     args += [*_parents(str(inside)), "--bind", str(work), str(inside), "--chdir", str(inside)]
     return args
 
 
 def _parents(path: str) -> list[str]:
-    """``--dir`` for every ancestor of ``path`` (mode 0755: bwrap's own default, 0700, locks the kernel's user out)."""
+    """``--dir`` for every ancestor of ``path`` (mode 0755: bwrap's own default, 0700, locks the kernel's user out).
+
+    ``/tmp`` is left alone: it is the sandbox's own tmpfs (mode 1777).
+    """
     args: list[str] = []
     for parent in reversed(Path(path).parents):
-        if str(parent) != "/":
+        if str(parent) not in ("/", "/tmp"):
             args += ["--perms", "0755", "--dir", str(parent)]
     return args
 
