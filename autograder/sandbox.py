@@ -1,15 +1,17 @@
 """Stage ``sandbox``: the student's kernel runs in a bubblewrap sandbox; nbgrader and the gradebook stay outside.
 
-:class:`SandboxedKernelManager` (registered in ``nbgrader_config.py`` as
-nbgrader's ``Execute.kernel_manager_class``) starts each kernel through
+:class:`SandboxedKernelManager` (the kernel manager of the course's
+``Execute``, :mod:`autograder.execute`) starts each kernel through
 ``bwrap`` (https://github.com/containers/bubblewrap) with:
 
 - an empty root file system holding only the system's programs and
   libraries, ``/etc`` and the Python environment, all read-only;
 - a scratch copy of the folder nbgrader executes in (the student's
   notebook and ``checks.py``) as its working directory, at
-  ``/home/student/<folder>``, and a private ``/tmp`` (also its ``HOME``): the course directory,
-  the gradebook, source/ and other students' work are not there at all;
+  ``/home/student/<folder>``, and a private ``/tmp`` (also its ``HOME``):
+  the course directory, the gradebook, source/ and other students' work
+  are not there at all (unless the course lies inside the Python
+  environment's folders, which are visible);
 - no network (a network namespace with only its own loopback), its own
   process, IPC and UTS namespaces, a new session (no terminal to write to);
 - its own unprivileged user (uid :attr:`SandboxedKernelManager.uid`), and
