@@ -110,6 +110,7 @@ class Execute(NbgraderExecute):
         self._restarts = 0
         self._gave_up: str | None = None
         self._started: float | None = None
+        self._replaying = False
 
     def _left(self) -> float:
         """Seconds left of :attr:`notebook_timeout`, counted from the first code cell (not the kernel's start)."""
@@ -128,12 +129,14 @@ class Execute(NbgraderExecute):
         execution_count: int | None = None,
         store_history: bool = True,
     ) -> NotebookNode:
-        if cell.cell_type == "code" and cell.source.strip() and not self._gave_up and self._left() <= 0:
+        if cell.cell_type != "code" or not cell.source.strip():
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        if not self._gave_up and self._left() <= 0:
             self._gave_up = f"not run: the notebook ran past its {self.notebook_timeout} s limit"
-        if self._gave_up and cell.cell_type == "code" and cell.source.strip():
+        if self._gave_up:
             cell.outputs = [error_output(NOT_RUN, self._gave_up)]
             return cell
-        if cell.cell_type == "code" and cell.source.strip() and not await ensure_async(self.kc.is_alive()):
+        if not await ensure_async(self.kc.is_alive()):
             # It died after the previous cell replied (a signal it caught late): that cell is not this one's fault.
             await self._restart_and_replay(cell_index)
             return await self.async_execute_cell(cell, cell_index, execution_count, store_history)
@@ -147,43 +150,43 @@ class Execute(NbgraderExecute):
         await self._restart_and_replay(cell_index)
         return cell
 
+    # nbconvert's ``preprocess`` calls the synchronous ``execute_cell``, which nbclient binds to its own coroutine.
     execute_cell = run_sync(async_execute_cell)
 
     def output(
         self, outs: list[NotebookNode], msg: dict, display_id: str | None, cell_index: int
     ) -> NotebookNode | None:
+        if self._replaying:  # a replay's outputs are thrown away: keep none, count none
+            return None
         if msg["msg_type"] == "error":
             content = msg["content"]
             lines = content.get("traceback", [])[-MAX_TRACEBACK_LINES:]
             content["traceback"] = [line[:MAX_TRACEBACK_LINE] for line in lines]
             content["evalue"] = str(content.get("evalue", ""))[:MAX_TRACEBACK_LINE]
-        else:
-            cell_used = self._output_bytes.get(cell_index, 0)
-            left = self.max_output_bytes - cell_used
-            if not is_autograder_tests(self.nb.cells[cell_index]):  # test cells are few: the release fixes them
-                left = min(left, self.max_notebook_output_bytes - self._notebook_bytes)
-            size = len(str(msg["content"]))
-            if size > left:
-                if left > 0 and msg["msg_type"] == "stream":
-                    text = msg["content"]["text"][:left]
-                    super().output(outs, {**msg, "content": {**msg["content"], "text": text}}, None, cell_index)
-                if cell_index not in self._cut:
-                    self._cut.add(cell_index)
-                    note = (
-                        f"\n[output past the grader's limit dropped ({self.max_output_bytes} bytes per cell, "
-                        f"{self.max_notebook_output_bytes} per notebook)]\n"
-                    )
-                    outs.append(new_output("stream", name="stdout", text=note))
-                kept = max(left, 0)
-            else:
-                kept = size
-            self._output_bytes[cell_index] = cell_used + kept
-            self._notebook_bytes += kept if not is_autograder_tests(self.nb.cells[cell_index]) else 0
-            if kept < size:
-                return None
-        return super().output(outs, msg, display_id, cell_index)
-
-    # nbconvert's ``preprocess`` calls the synchronous ``execute_cell``, which nbclient binds to its own coroutine.
+            return super().output(outs, msg, display_id, cell_index)
+        cell_used = self._output_bytes.get(cell_index, 0)
+        left = self.max_output_bytes - cell_used
+        test_cell = is_autograder_tests(self.nb.cells[cell_index])  # test cells are few: the release fixes them
+        if not test_cell:
+            left = min(left, self.max_notebook_output_bytes - self._notebook_bytes)
+        size = len(str(msg["content"]))
+        kept = min(size, max(left, 0))
+        self._output_bytes[cell_index] = cell_used + kept
+        self._notebook_bytes += 0 if test_cell else kept
+        if kept == size:
+            return super().output(outs, msg, display_id, cell_index)
+        if kept > 0 and msg["msg_type"] == "stream":
+            super().output(
+                outs, {**msg, "content": {**msg["content"], "text": msg["content"]["text"][:kept]}}, None, cell_index
+            )
+        if cell_index not in self._cut:
+            self._cut.add(cell_index)
+            note = (
+                f"\n[output past the grader's limit dropped ({self.max_output_bytes} bytes per cell, "
+                f"{self.max_notebook_output_bytes} per notebook)]\n"
+            )
+            outs.append(new_output("stream", name="stdout", text=note))
+        return None
 
     async def _restart_and_replay(self, cell_index: int) -> None:
         """Start a fresh kernel and rerun the code cells before ``cell_index``, discarding their outputs.
@@ -202,16 +205,23 @@ class Execute(NbgraderExecute):
         await self.km.restart_kernel(now=True)
         await self.async_start_new_kernel_client()
         executed = self.code_cells_executed
-        for index, earlier in enumerate(self.nb.cells[:cell_index]):
-            if earlier.cell_type != "code" or not earlier.source.strip() or _stopped(earlier):
-                continue
-            try:
-                await NbgraderExecute.async_execute_cell(self, copy.deepcopy(earlier), index, store_history=False)
-            except (DeadKernelError, CellTimeoutError):
-                self._gave_up = f"not run: after a restart, rerunning cell {index} to rebuild the kernel's state failed"
-                return
-            finally:
-                self.code_cells_executed = executed
+        self._replaying = True
+        try:
+            for index, earlier in enumerate(self.nb.cells[:cell_index]):
+                if earlier.cell_type != "code" or not earlier.source.strip() or _stopped(earlier):
+                    continue
+                try:
+                    await NbgraderExecute.async_execute_cell(self, copy.deepcopy(earlier), index, store_history=False)
+                except (DeadKernelError, CellTimeoutError):
+                    self._gave_up = (
+                        f"not run: after a restart, rerunning cell {index} to rebuild the kernel's state failed"
+                    )
+                    return
+                finally:
+                    self.nb.cells[index] = earlier  # nbclient stores the cell it ran (the copy) in the notebook
+        finally:
+            self._replaying = False
+            self.code_cells_executed = executed
 
 
 def _stopped(cell: NotebookNode) -> bool:

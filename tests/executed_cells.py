@@ -18,8 +18,11 @@ def run(
     notebook_timeout: int = 600,
     folder: Path | None = None,
     tests: frozenset[int] = frozenset(),
+    timeout: int = 2,
 ) -> list[nbformat.NotebookNode]:
-    """Execute one code cell per source (and a markdown cell first) with a 2 s timeout; the cells after execution.
+    """Execute one code cell per source (and a markdown cell first) with a ``timeout`` per cell (default 2 s).
+
+    Returns the cells after execution.
 
     The kernel starts in the sandbox, in a copy of ``folder`` (default: an empty one). Sources whose
     index is in ``tests`` become nbgrader autograder-tests cells.
@@ -30,7 +33,7 @@ def run(
     notebook = new_notebook(cells=[new_markdown_cell("# scratch"), *cells])
     notebook.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
     executor = Execute(
-        timeout=2, shutdown_kernel="immediate", max_restarts=max_restarts, notebook_timeout=notebook_timeout
+        timeout=timeout, shutdown_kernel="immediate", max_restarts=max_restarts, notebook_timeout=notebook_timeout
     )
     with tempfile.TemporaryDirectory() as empty:
         executed, _ = executor.preprocess(notebook, {"metadata": {"path": str(folder or empty)}})

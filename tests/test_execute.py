@@ -40,6 +40,16 @@ def test_an_interruptible_loop_keeps_nbgraders_timeout_and_its_kernel():
     assert printed(after) == "True\n", "the kernel was kept, so the loop's effect on its state is still there"
 
 
+def test_a_replay_leaves_the_earlier_cells_outputs_as_they_first_were():
+    count_runs = (
+        "with open('runs.txt', 'a+') as runs:\n    runs.write('.')\n    runs.seek(0)\n    print(len(runs.read()))"
+    )
+    setup, first, dying, after = run(SETUP, count_runs, "os._exit(0)", SHOW_STATE + "\nprint(open('runs.txt').read())")
+    assert enames(dying) == [KERNEL_DIED]
+    assert printed(after) == "kept\n..\n", "the cell ran twice: once, then replayed"
+    assert printed(first) == "1\n", "its outputs are those of its first run; the replay's are thrown away"
+
+
 def test_cells_that_stopped_the_kernel_are_not_replayed():
     setup, first, second, after = run(SETUP + "\ncount = 0", "count += 1\nos._exit(0)", "os._exit(1)", "print(count)")
     assert enames(first) == [KERNEL_DIED] and enames(second) == [KERNEL_DIED]

@@ -89,6 +89,7 @@ def test_a_memory_hog_a_process_flood_and_a_huge_file_cost_only_their_cells():
         SHOW_STATE,
         "open('big.bin', 'wb').write(bytes(128 * 2**20))",
         SHOW_STATE,
+        timeout=60,  # forking 500 processes takes seconds on a loaded machine
     )
     assert enames(hog) == ["MemoryError"]
     assert enames(forks) == ["BlockingIOError"]  # fork: resource temporarily unavailable (RLIMIT_NPROC)
@@ -98,7 +99,7 @@ def test_a_memory_hog_a_process_flood_and_a_huge_file_cost_only_their_cells():
 
 def test_megabytes_of_output_are_cut_at_the_cells_limit_and_a_later_error_still_shows():
     flood = "for line in range(100_000):\n    print('x' * 100)\nraise ValueError('after the flood')"
-    setup, flooded, state = run(SETUP, flood, SHOW_STATE)
+    setup, flooded, state = run(SETUP, flood, SHOW_STATE, timeout=60)
     kept = sum(len(output.get("text", "")) for output in flooded.outputs)
     assert Execute.max_output_bytes.default_value * 0.9 < kept < Execute.max_output_bytes.default_value * 1.01
     assert "output past the grader's limit dropped" in printed(flooded)
@@ -110,7 +111,7 @@ def test_a_notebooks_output_is_capped_across_its_cells_but_a_later_test_cell_kee
     cell_limit, notebook_limit = Execute.max_output_bytes.default_value, Execute.max_notebook_output_bytes.default_value
     chunk = "print('y' * 2**16)\n" * ((cell_limit - 2**16) // 2**16)  # just under a cell's limit
     floods = notebook_limit // cell_limit + 1
-    cells = run(SETUP, *[chunk] * floods, SHOW_STATE, SHOW_STATE, tests=frozenset({floods + 2}))
+    cells = run(SETUP, *[chunk] * floods, SHOW_STATE, SHOW_STATE, tests=frozenset({floods + 2}), timeout=60)
     kept = [sum(len(output.get("text", "")) for output in cell.outputs) for cell in cells[1 : floods + 1]]
     assert sum(kept) < notebook_limit * 1.01
     assert "dropped" not in printed(cells[1]) and "output past the grader's limit dropped" in printed(cells[floods])
