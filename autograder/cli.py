@@ -31,6 +31,17 @@ def main(argv: list[str] | None = None) -> int:
             action="store_false",
             help="run students' kernels without the bubblewrap sandbox (results say so); only where none can be had",
         )
+        graders.add_argument(
+            "--workers",
+            type=int,
+            default=None,
+            help="notebooks executed at once on this machine (default: its CPUs + 1, fewer if memory is short)",
+        )
+    grade_parser.add_argument(
+        "--scheduler",
+        metavar="tcp://HOST:PORT",
+        help="execute the notebooks on this Dask distributed cluster (its workers need this repository's environment)",
+    )
     args = parser.parse_args(argv)
     course = Course(args.course.resolve())
     try:
@@ -62,7 +73,14 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
     from .grade import grade
     from .report import table
 
-    grading = grade(course, args.submissions, isolated=args.isolated)
+    grading = grade(
+        course,
+        args.submissions,
+        isolated=args.isolated,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        progress=_progress,
+    )
     for ignored in grading.ignored:
         print(f"ignored: {ignored}")
     print(table(grading.results))
@@ -79,7 +97,13 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
 def _demo(course: Course, args: argparse.Namespace) -> int:
     from .demo import demo
 
-    result = demo(course, assignment_ids=args.assignments or None, isolated=args.isolated)
+    result = demo(
+        course,
+        assignment_ids=args.assignments or None,
+        isolated=args.isolated,
+        workers=args.workers,
+        progress=_progress,
+    )
     print(result.table)
     print()
     print(result.summary)
@@ -91,6 +115,10 @@ def _demo(course: Course, args: argparse.Namespace) -> int:
         else f"\n{len(result.mismatches)} mismatch(es)"
     )
     return 1 if result.mismatches else 0
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 COMMANDS = {"build": _build, "check": _check, "grade": _grade, "demo": _demo}

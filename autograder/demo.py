@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +23,18 @@ class DemoResult:
     submissions caught (they lost exactly their cells' points), valid alternatives wrongly penalised."""
 
 
-def demo(course: Course, assignment_ids: list[str] | None = None, *, isolated: bool = True) -> DemoResult:
+def demo(
+    course: Course,
+    assignment_ids: list[str] | None = None,
+    *,
+    isolated: bool = True,
+    workers: int | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> DemoResult:
     """Grade every sample submission of ``assignment_ids`` (default: all) through nbgrader, in a scratch copy.
 
-    The course's own gradebook and folders are not touched. ``isolated``: see :func:`autograder.grade.grade`.
+    The course's own gradebook and folders are not touched. ``isolated``, ``workers``, ``progress``: see
+    :func:`autograder.grade.grade`.
 
     Raises:
         CourseError: an assignment id that is not in source/.
@@ -37,7 +46,8 @@ def demo(course: Course, assignment_ids: list[str] | None = None, *, isolated: b
         if unknown:
             raise CourseError(f"no such assignment in source/: {', '.join(unknown)}")
         found = [sample for assignment_id in chosen for sample in samples(course, assignment_id)]
-        grading = grade(scratch_course, write_download(found, Path(scratch) / "download"), isolated=isolated)
+        download = write_download(found, Path(scratch) / "download")
+        grading = grade(scratch_course, download, isolated=isolated, workers=workers, progress=progress)
     by_key = {(s.student_id, s.assignment_id): s for s in found}
     expected = [by_key[(r.student_id, r.assignment_id)] for r in grading.results]
     table = report.table(grading.results, extra={"expected": [f"{s.expected_total:g}" for s in expected]})

@@ -37,10 +37,14 @@ remaining code cells are not run and each gets a :data:`NOT_RUN` error.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 import time
+from pathlib import Path
 from typing import Any
 
+import nbformat
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async, run_sync
 from nbformat import NotebookNode
@@ -59,6 +63,40 @@ TIMEOUT = "CellTimeoutError"
 
 NOT_RUN = "CellNotRunError"
 """``ename`` of the error output on a cell left unrun because the kernel could not be brought back."""
+
+
+STORE = "executed"
+"""Folder of the course directory holding notebooks executed ahead of nbgrader (:mod:`autograder.batch`)."""
+
+
+def execution_key(notebook: NotebookNode, files: dict[str, bytes], settings: dict[str, Any]) -> str:
+    """SHA-256 (hex) of what decides a notebook's execution: its cells, its kernel, the other files in its
+    folder (relative path -> contents) and the execution settings (:meth:`Execute.settings`)."""
+    described = {
+        "kernel": notebook.metadata.get("kernelspec", {}).get("name"),
+        "cells": [[cell.cell_type, cell.source] for cell in notebook.cells],
+        "files": {name: hashlib.sha256(content).hexdigest() for name, content in sorted(files.items())},
+        "settings": settings,
+    }
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+
+def stored_path(course_root: str | Path, key: str) -> Path:
+    """Where the notebook executed ahead under ``key`` is stored in a course directory."""
+    return Path(course_root) / STORE / f"{key}.ipynb"
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    """The files under ``folder`` that are not notebooks (nor editor or Python caches), by relative path."""
+    if not folder.is_dir():
+        return {}
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+        and path.suffix != ".ipynb"
+        and not {".ipynb_checkpoints", "__pycache__"} & set(path.relative_to(folder).parts)
+    }
 
 
 MAX_TRACEBACK_LINES = 200
@@ -101,6 +139,42 @@ class Execute(NbgraderExecute):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(**kwargs)
+
+    def settings(self) -> dict[str, Any]:
+        """What, besides the notebook and its folder, decides how it executes (part of :func:`execution_key`)."""
+        names = ("timeout", "interrupt_on_timeout", "allow_errors", "max_restarts", "notebook_timeout")
+        names += ("max_output_bytes", "max_notebook_output_bytes")
+        sandboxed = self.kernel_manager_class is SandboxedKernelManager
+        isolated = sandboxed and SandboxedKernelManager(config=self.config).enabled
+        return {**{name: getattr(self, name) for name in names}, "isolated": isolated}
+
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        """Execute ``nb``; in nbgrader autograde, take the outputs stored by :mod:`autograder.batch` if its key is
+        found (cells' outputs and execution counts, the kernel's language_info)."""
+        stored = self._stored(nb, resources)
+        if stored is None:
+            return super().preprocess(nb, resources)
+        for cell, executed in zip(nb.cells, stored.cells, strict=True):
+            if cell.cell_type == "code":
+                cell.outputs = executed.outputs
+                cell.execution_count = executed.execution_count
+        if "language_info" in stored.metadata:
+            nb.metadata.language_info = stored.metadata.language_info
+        return nb, resources
+
+    def _stored(self, nb: NotebookNode, resources: dict) -> NotebookNode | None:
+        """The notebook :mod:`autograder.batch` executed for exactly this one (None: none, or not in nbgrader)."""
+        root = self.config.get("CourseDirectory", {}).get("root")
+        if "nbgrader" not in resources or not root:
+            return None
+        files = folder_files(Path(resources["metadata"]["path"]))
+        path = stored_path(root, execution_key(nb, files, self.settings()))
+        try:
+            stored = nbformat.read(path, as_version=4)
+        except (OSError, ValueError):  # not executed ahead (or a damaged file): execute it here
+            return None
+        self.log.info("Outputs taken from %s (executed ahead by the batch)", path.name)
+        return stored
 
     def reset_execution_trackers(self) -> None:
         super().reset_execution_trackers()

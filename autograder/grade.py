@@ -3,20 +3,22 @@
 ``nbgrader generate_assignment`` into a scratch release folder (keeps the
 gradebook's grade cells in step with source/) -> intake (each notebook
 validated and normalised to that release, in submitted/; see
-:mod:`autograder.structure`) ->
-``nbgrader autograde`` -> ``nbgrader generate_feedback`` -> ``nbgrader export``
+:mod:`autograder.structure`) -> the batch (every notebook executed
+concurrently, :mod:`autograder.batch`) -> ``nbgrader autograde`` (takes the
+batch's outputs) -> ``nbgrader generate_feedback`` -> ``nbgrader export``
 (grades.csv) -> per-task results (task_results.csv) from the gradebook.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from . import intake, report, sandbox
+from . import batch, intake, report, sandbox
 from .course import Course, CourseError, generate_assignment, nbgrader_failure, read_notebook, run_nbgrader
 
 PER_SUBMISSION_ERROR = "There was an error processing assignment"
@@ -36,22 +38,33 @@ class Grading:
     grades_csv: Path
     task_results_csv: Path
     feedback: Path
+    batch: batch.BatchRun
 
 
-def grade(course: Course, download: Path, *, isolated: bool = True) -> Grading:
+def grade(
+    course: Course,
+    download: Path,
+    *,
+    isolated: bool = True,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> Grading:
     """Grade every submission in ``download`` (a folder or zip, see :mod:`autograder.intake`).
 
     Students' failures are results, not errors: a submission nbgrader cannot
     grade is reported with status ``not graded`` and the batch goes on.
     Kernels run in the sandbox (:mod:`autograder.sandbox`); ``isolated=False``
     (the instructor's explicit opt-out) runs them as plain processes, and
-    every result's notes say so.
+    every result's notes say so. ``workers``, ``scheduler`` and ``progress``:
+    see :func:`autograder.batch.execute`.
 
     Raises:
         CourseError: grading itself cannot run: the sandbox is unavailable
             (and not opted out of), no such download, nothing gradable in it,
             or nbgrader cannot set up the assignment, fails other than on
             single submissions, or cannot export.
+        ValueError, OSError: no Dask scheduler at ``scheduler``.
     """
     if isolated and (reason := sandbox.problem()):
         raise CourseError(
@@ -73,13 +86,17 @@ def grade(course: Course, download: Path, *, isolated: bool = True) -> Grading:
         for submission in found.submissions:
             intake.place(course, submission, release=releases[submission.assignment_id])
 
-    logs = {}
-    for assignment_id in assignments:
-        autograde = run_nbgrader(course, "autograde", assignment_id, env=env)
-        if autograde.returncode != 0 and PER_SUBMISSION_ERROR not in autograde.stdout + autograde.stderr:
-            raise nbgrader_failure(autograde, f"nbgrader autograde {assignment_id}")
-        feedback = run_nbgrader(course, "generate_feedback", assignment_id, env=env)
-        logs[assignment_id] = autograde.stdout + autograde.stderr + feedback.stdout + feedback.stderr
+    executed = batch.execute(
+        course, found.submissions, isolated=isolated, workers=workers, scheduler=scheduler, progress=progress
+    )
+    # One nbgrader process for all assignments ("*"); submissions already autograded are skipped by nbgrader.
+    progress("nbgrader autograde")
+    autograde = run_nbgrader(course, "autograde", "*", env=env)
+    if autograde.returncode != 0 and PER_SUBMISSION_ERROR not in autograde.stdout + autograde.stderr:
+        raise nbgrader_failure(autograde, "nbgrader autograde")
+    progress("nbgrader generate_feedback")
+    feedback = run_nbgrader(course, "generate_feedback", "*", env=env)
+    log = autograde.stdout + autograde.stderr + feedback.stdout + feedback.stderr
 
     grades_csv = course.root / "grades.csv"
     export = run_nbgrader(course, "export", f"--to={grades_csv}")
@@ -90,7 +107,7 @@ def grade(course: Course, download: Path, *, isolated: bool = True) -> Grading:
     for result in results:
         if result.status == "not graded":
             submitted = course.root / "submitted" / result.student_id / result.assignment_id
-            result.notes.append(_log_excerpt(logs[result.assignment_id], submitted))
+            result.notes.append(_log_excerpt(log, submitted))
         if not isolated:
             result.notes.append(NOT_ISOLATED)
     task_results_csv = course.root / "task_results.csv"
@@ -101,6 +118,7 @@ def grade(course: Course, download: Path, *, isolated: bool = True) -> Grading:
         grades_csv=grades_csv,
         task_results_csv=task_results_csv,
         feedback=course.root / "feedback",
+        batch=executed,
     )
 
 

@@ -25,6 +25,8 @@ submissions that touch the grading machinery, for a person to review.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -69,6 +71,17 @@ def reference_records(course: Course, assignment_id: str) -> dict[str, list[Any]
         shutil.copy(CHECKS_MODULE, Path(scratch) / "checks.py")
         executed = execute_notebook(reference_cells(course, assignment_id), cwd=Path(scratch), env={})
     return records_by_cell(executed)
+
+
+def stored_reference(course: Course, assignment_id: str) -> Path:
+    """Where :mod:`autograder.batch` stores an assignment's reference records: named by the SHA-256 of the
+    reference notebook's cells and ``checks.py``, so an edited source/ or helper is run afresh."""
+    from .build import reference_cells
+    from .execute import STORE
+
+    cells = [[cell.cell_type, cell.source] for cell in reference_cells(course, assignment_id).cells]
+    digest = hashlib.sha256(json.dumps(cells).encode() + CHECKS_MODULE.read_bytes()).hexdigest()
+    return course.root / STORE / f"reference-{assignment_id}-{digest}.json"
 
 
 def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
@@ -198,8 +211,12 @@ class CompareRecords(NbGraderPreprocessor):
         assignment_id = resources["nbgrader"]["assignment"]
         root = str(self.config.get("CourseDirectory", {}).get("root") or os.getcwd())
         if (root, assignment_id) not in _REFERENCES:
-            self.log.info("Running the reference solution of %s for its check records", assignment_id)
-            _REFERENCES[(root, assignment_id)] = reference_records(Course(Path(root)), assignment_id)
+            course = Course(Path(root))
+            try:
+                _REFERENCES[(root, assignment_id)] = json.loads(stored_reference(course, assignment_id).read_text())
+            except (OSError, ValueError):  # not computed ahead by the batch
+                self.log.info("Running the reference solution of %s for its check records", assignment_id)
+                _REFERENCES[(root, assignment_id)] = reference_records(course, assignment_id)
         reference = _REFERENCES[(root, assignment_id)]
         for cell in nb.cells:
             if not is_autograder_tests(cell) or not reference.get(grade_id(cell)):
