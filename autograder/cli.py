@@ -24,7 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo_parser = commands.add_parser("demo", help="grade the bundled sample submissions in a scratch course directory")
     demo_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
-    for graders in (grade_parser, demo_parser):
+    bench_parser = commands.add_parser(
+        "benchmark", help="time stock nbgrader autograde against ours on a generated batch; compare every grade"
+    )
+    bench_parser.add_argument("--students", type=int, default=4, help="generated students (default 4)")
+    for graders in (grade_parser, demo_parser, bench_parser):
         graders.add_argument(
             "--no-sandbox",
             dest="isolated",
@@ -117,8 +121,16 @@ def _demo(course: Course, args: argparse.Namespace) -> int:
     return 1 if result.mismatches else 0
 
 
+def _benchmark(course: Course, args: argparse.Namespace) -> int:
+    from .benchmark import benchmark
+
+    result = benchmark(course, students=args.students, workers=args.workers, isolated=args.isolated, progress=_progress)
+    print(result.report())
+    return 1 if result.differences else 0
+
+
 def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-COMMANDS = {"build": _build, "check": _check, "grade": _grade, "demo": _demo}
+COMMANDS = {"build": _build, "check": _check, "grade": _grade, "demo": _demo, "benchmark": _benchmark}

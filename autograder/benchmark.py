@@ -1,0 +1,154 @@
+"""Stage ``benchmark``: our autograde against stock ``nbgrader autograde``, same batch, same machine, one run.
+
+The batch: ``students`` generated students, each submitting all the course's
+notebooks; for every assignment, even-numbered students hand in the reference
+solution and odd-numbered ones a wrong answer from ``tests/submissions``
+(cycling through them), so both passing and failing tests are timed.
+
+Each side gets its own scratch course directory, gradebook and the same
+placed submissions (set up untimed). Timed:
+
+- **stock**: ``nbgrader autograde "*"`` with nbgrader's own autograde
+  preprocessors and ``Execute`` (kernels as plain processes, graceful
+  shutdown), one notebook at a time;
+- **ours**: what ``grade`` does for the same result: the batch
+  (:mod:`autograder.batch`, kernels in the sandbox unless ``isolated`` is
+  False) and then ``nbgrader autograde "*"`` with the course's preprocessors.
+
+Then every grade cell's score in the two gradebooks is compared.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from nbgrader.api import Gradebook
+
+from . import batch, intake, sandbox
+from .course import Course, CourseError, copy_course, nbgrader_failure, run_nbgrader
+from .grade import update_gradebook
+from .samples import Sample, samples, write_download
+
+STOCK_CONFIG = """
+# benchmark: stock nbgrader autograde (its own preprocessors and Execute, graceful kernel shutdown)
+c.Autograde.autograde_preprocessors = [
+    "nbgrader.preprocessors.Execute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.Execute.shutdown_kernel = "graceful"
+"""
+"""Appended to the stock side's nbgrader_config.py."""
+
+
+@dataclass
+class BenchmarkResult:
+    notebooks: int
+    stock_seconds: float
+    ours_seconds: float
+    differences: list[str]
+    """``student/assignment/grade_id: stock X, ours Y`` for every grade cell scored differently (empty: identical)."""
+
+    @property
+    def ratio(self) -> float:
+        return self.stock_seconds / self.ours_seconds
+
+    def report(self) -> str:
+        per = self.notebooks or 1
+        lines = [
+            f"notebooks graded: {self.notebooks}",
+            f"stock nbgrader autograde: {self.stock_seconds:7.1f} s ({self.stock_seconds / per:.2f} s per notebook)",
+            f"ours (batch + autograde): {self.ours_seconds:7.1f} s ({self.ours_seconds / per:.2f} s per notebook)",
+            f"ratio stock/ours: {self.ratio:.2f}x",
+            "grades identical: " + ("yes" if not self.differences else f"NO, {len(self.differences)} differ"),
+        ]
+        return "\n".join(lines + self.differences[:20])
+
+
+def benchmark(
+    course: Course,
+    *,
+    students: int = 4,
+    workers: int | None = None,
+    isolated: bool = True,
+    progress: Callable[[str], None] = lambda line: None,
+) -> BenchmarkResult:
+    """Grade the generated batch both ways (see the module docstring) and compare.
+
+    Raises:
+        CourseError: ``students`` < 1, or nbgrader fails on either side.
+    """
+    if students < 1:
+        raise CourseError("the benchmark needs at least one student")
+    with tempfile.TemporaryDirectory(prefix="autograder-benchmark-") as scratch:
+        download = write_download(generated_batch(course, students), Path(scratch) / "download")
+        stock = _placed(course, Path(scratch) / "stock", download, extra_config=STOCK_CONFIG)
+        ours = _placed(course, Path(scratch) / "ours", download)
+        progress(f"stock nbgrader autograde of {students} students x {len(course.assignment_ids())} notebooks")
+        started = time.monotonic()
+        _autograde(stock, env={})
+        stock_seconds = time.monotonic() - started
+        progress("ours: the batch, then nbgrader autograde")
+        started = time.monotonic()
+        submissions = intake.find_submissions(download, assignment_ids=course.assignment_ids()).submissions
+        batch.execute(ours, submissions, isolated=isolated, workers=workers, progress=progress)
+        _autograde(ours, env={} if isolated else {sandbox.DISABLED_ENV: "1"})
+        ours_seconds = time.monotonic() - started
+        stock_scores, our_scores = scores(stock), scores(ours)
+    differences = [
+        f"{'/'.join(key)}: stock {stock_scores.get(key)}, ours {our_scores.get(key)}"
+        for key in sorted(stock_scores.keys() | our_scores.keys())
+        if stock_scores.get(key) != our_scores.get(key)
+    ]
+    return BenchmarkResult(len(submissions), stock_seconds, ours_seconds, differences)
+
+
+def generated_batch(course: Course, students: int) -> list[Sample]:
+    """``students`` students (``student_000``...), each with every assignment: the reference or a wrong answer."""
+    batch_samples = []
+    for assignment_id in course.assignment_ids():
+        found = samples(course, assignment_id)
+        reference = next(s for s in found if s.student_id == "reference")
+        wrong = [s for s in found if s.student_id.startswith("wrong_")] or [reference]
+        for number in range(students):
+            chosen = reference if number % 2 == 0 else wrong[(number // 2) % len(wrong)]
+            batch_samples.append(Sample(f"student_{number:03d}", assignment_id, chosen.notebook, chosen.expected))
+    return batch_samples
+
+
+def scores(course: Course) -> dict[tuple[str, str, str], float]:
+    """``(student, assignment, grade_id) -> score`` of every grade cell in a course's gradebook."""
+    found = {}
+    with Gradebook(course.db_url) as gradebook:
+        for assignment in gradebook.assignments:
+            for submission in gradebook.assignment_submissions(assignment.name):
+                for notebook in submission.notebooks:
+                    for grade in notebook.grades:
+                        found[(submission.student_id, assignment.name, grade.name)] = grade.score
+    return found
+
+
+def _placed(course: Course, root: Path, download: Path, *, extra_config: str = "") -> Course:
+    """A scratch course at ``root`` with the download placed in submitted/ and its gradebook set up."""
+    scratch = copy_course(course, root)
+    if extra_config:
+        with (scratch.root / "nbgrader_config.py").open("a") as config:
+            config.write(extra_config)
+    releases = {assignment_id: update_gradebook(scratch, assignment_id) for assignment_id in scratch.assignment_ids()}
+    for submission in intake.find_submissions(download, assignment_ids=scratch.assignment_ids()).submissions:
+        intake.place(scratch, submission, release=releases[submission.assignment_id])
+    return scratch
+
+
+def _autograde(course: Course, *, env: dict[str, str]) -> None:
+    process = run_nbgrader(course, "autograde", "*", env=env)
+    if process.returncode != 0:
+        raise nbgrader_failure(process, f"nbgrader autograde in {course.root.name}")
