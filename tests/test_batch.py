@@ -37,7 +37,7 @@ def test_nbgrader_takes_the_batchs_outputs_and_a_rerun_executes_only_what_is_mis
     first = scores(course_copy)
 
     # nbgrader used the stored notebooks: a stored test cell's outputs, replaced, decide that cell's score.
-    reference_run = next(p for p in stored if not _failures(nbformat.read(p, as_version=4)))
+    reference_run = next(p for p in stored if not _failed_tests(nbformat.read(p, as_version=4)))
     forged = nbformat.read(reference_run, as_version=4)
     test_cell = next(c for c in forged.cells if is_autograder_tests(c))
     test_cell.outputs = [nbformat.v4.new_output("error", ename="Forged", evalue="", traceback=[])]
@@ -88,8 +88,13 @@ def test_a_dask_cluster_grades_as_local_workers_do(course_copy, download, tmp_pa
             process.wait(timeout=60)
     assert (remote.batch.executed, remote.batch.failed) == (3, [])
     assert scores(on_cluster) == scores(course_copy)
-    assert [r.total for r in remote.results] == [r.total for r in local.results]
+    assert [(r.student_id, r.status) for r in remote.results] == [(r.student_id, r.status) for r in local.results]
 
 
-def _failures(notebook) -> list[str]:
-    return [grade_id(c) for c in notebook.cells if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+def _failed_tests(notebook) -> list[str]:
+    """grade_ids of the test cells with an error output."""
+    return [
+        grade_id(cell)
+        for cell in notebook.cells
+        if is_autograder_tests(cell) and any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+    ]
