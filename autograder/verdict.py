@@ -63,13 +63,15 @@ def reference_records(course: Course, assignment_id: str) -> dict[str, list[Any]
     """Run the reference solution's notebook (source/ without markers) and collect its records per test cell.
 
     The kernel starts in a scratch folder holding ``checks.py``, with this
-    process's environment, as nbgrader's kernels do.
+    process's environment and ``NBGRADER_EXECUTION=autograde``, as nbgrader's
+    kernels do (notebooks size some work by it), whoever calls this.
     """
     from .build import execute_notebook, reference_cells
 
     with tempfile.TemporaryDirectory(prefix="reference-") as scratch:
         shutil.copy(CHECKS_MODULE, Path(scratch) / "checks.py")
-        executed = execute_notebook(reference_cells(course, assignment_id), cwd=Path(scratch), env={})
+        env = {"NBGRADER_EXECUTION": "autograde"}
+        executed = execute_notebook(reference_cells(course, assignment_id), cwd=Path(scratch), env=env)
     return records_by_cell(executed)
 
 
