@@ -135,14 +135,19 @@ def passes(check: str, value: Any, expected: Any, rule: dict[str, Any]) -> bool 
 
 
 def _strict_equal(a: Any, b: Any) -> bool:
-    """JSON equality that tells ``True`` from ``1`` and ``1`` from ``1.0``."""
-    if type(a) is not type(b):
+    """JSON equality that tells ``True`` from ``1`` and ``1`` from ``1.0`` (an object is any dict, nbformat's
+    NotebookNode included: records come from notebooks in memory, on disk and from stored JSON)."""
+    if _json_kind(a) is not _json_kind(b):
         return False
     if isinstance(a, list):
         return len(a) == len(b) and all(_strict_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_strict_equal(a[k], b[k]) for k in a)
     return a == b
+
+
+def _json_kind(value: Any) -> type:
+    return dict if isinstance(value, dict) else list if isinstance(value, list) else type(value)
 
 
 def _is_array(value: Any) -> bool:

@@ -5,7 +5,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -18,15 +21,17 @@ from autograder.grade import grade
 from autograder.samples import samples, write_download
 
 
-@pytest.fixture
-def download(course_copy, tmp_path):
-    """Three students of the first assignment: the reference, a wrong answer, the unchanged release."""
-    assignment_id = course_copy.assignment_ids()[0]
-    found = {s.student_id: s for s in samples(course_copy, assignment_id)}
+def download_samples(course):
+    """Three students of the first assignment: s0 the reference, s1 a wrong answer, s2 the unchanged release."""
+    found = {s.student_id: s for s in samples(course, course.assignment_ids()[0])}
     wrong = next(s for name, s in found.items() if name.startswith("wrong_"))
     chosen = [found["reference"], wrong, found["unchanged_release"]]
-    renamed = [replace(sample, student_id=f"s{number}") for number, sample in enumerate(chosen)]
-    return write_download(renamed, tmp_path / "download")
+    return [replace(sample, student_id=f"s{number}") for number, sample in enumerate(chosen)]
+
+
+@pytest.fixture
+def download(course_copy, tmp_path):
+    return write_download(download_samples(course_copy), tmp_path / "download")
 
 
 def test_nbgrader_takes_the_batchs_outputs_and_a_rerun_executes_only_what_is_missing(course_copy, download):
@@ -54,14 +59,33 @@ def test_nbgrader_takes_the_batchs_outputs_and_a_rerun_executes_only_what_is_mis
 def test_a_dask_cluster_grades_as_local_workers_do(course_copy, download, tmp_path):
     local = grade(course_copy, download, workers=2)
     on_cluster = copy_course(course_copy, tmp_path / "cluster-course")
-    scheduler_file = tmp_path / "scheduler.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with dask_cluster(tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}) as address:
+        remote = grade(on_cluster, download, scheduler=address)
+    assert (remote.batch.executed, remote.batch.failed) == (3, [])
+    assert scores(on_cluster) == scores(course_copy)
+    assert [(r.student_id, r.status) for r in remote.results] == [(r.student_id, r.status) for r in local.results]
+
+
+def test_notebooks_a_worker_cannot_execute_are_executed_by_nbgrader(course_copy, download, tmp_path):
+    """Workers without bubblewrap (not on their PATH): every job fails with the reason, and the grades still hold."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": str(Path(sys.executable).parent)}
+    with dask_cluster(tmp_path, env=env) as address:
+        remote = grade(course_copy, download, scheduler=address)
+    assert remote.batch.executed == 0 and len(remote.batch.failed) == 3
+    assert all("bubblewrap (bwrap) is not installed" in line for line in remote.batch.failed)
+    expected = {s.student_id: s.expected for s in download_samples(course_copy)}
+    assert {r.student_id: {t.grade_id: t.score for t in r.tasks} for r in remote.results} == expected
+
+
+@contextmanager
+def dask_cluster(folder: Path, *, env: dict[str, str]) -> Iterator[str]:
+    """A real Dask cluster on this machine: a scheduler process and a worker process with two worker processes
+    (one thread each), started with ``env``; yields the scheduler's address."""
+    scheduler_file = folder / "scheduler.json"
+    quiet = {"env": env, "cwd": folder, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", str(scheduler_file)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", str(scheduler_file)], **quiet
         )
     ]
     try:
@@ -69,26 +93,15 @@ def test_a_dask_cluster_grades_as_local_workers_do(course_copy, download, tmp_pa
         while not scheduler_file.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         worker = [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(scheduler_file)]
-        processes.append(
-            subprocess.Popen(
-                [*worker, "--nworkers", "2", "--nthreads", "1", "--no-dashboard"],
-                env=env,
-                cwd=tmp_path,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
+        processes.append(subprocess.Popen([*worker, "--nworkers", "2", "--nthreads", "1", "--no-dashboard"], **quiet))
         address = json.loads(scheduler_file.read_text())["address"]
         with Client(address, timeout="60s") as client:
             client.wait_for_workers(2, timeout=120)
-        remote = grade(on_cluster, download, scheduler=address)
+        yield address
     finally:
         for process in processes:
             process.terminate()
             process.wait(timeout=60)
-    assert (remote.batch.executed, remote.batch.failed) == (3, [])
-    assert scores(on_cluster) == scores(course_copy)
-    assert [(r.student_id, r.status) for r in remote.results] == [(r.student_id, r.status) for r in local.results]
 
 
 def _failed_tests(notebook) -> list[str]:

@@ -1,5 +1,8 @@
 """The verdict outside the kernel: it judges recorded values as the check helpers do, and fails forged cells."""
 
+import json
+
+import nbformat
 import numpy as np
 import pytest
 import torch
@@ -116,3 +119,13 @@ def test_large_arrays_recorded_without_values_are_left_to_the_kernel():
     big = torch.zeros(checks.MAX_RECORDED_ELEMENTS + 1)
     record = record_of(lambda: check_close(big, big, label="l"))
     assert passes(record["check"], record["value"], record["expected"], record["rule"]) is None
+
+
+def test_records_judge_alike_from_memory_from_a_notebook_and_from_stored_json():
+    """The batch stores the reference's records as JSON and the student's in a notebook (nbformat's dict subclass)."""
+    record = record_of(lambda: check_equal({"device": "cpu"}, {"device": "cpu"}, label="l"))
+    from_notebook = nbformat.from_dict(json.loads(json.dumps(record)))
+    from_json = json.loads(json.dumps(record))
+    assert type(from_notebook["value"]) is not type(from_json["expected"])
+    assert first_mismatch([from_notebook], [from_json]) is None
+    assert passes("equal", nbformat.from_dict({"n": True}), {"n": 1}, {"kind": "exact"}) is False
