@@ -73,9 +73,9 @@ class BatchRun:
     """What :func:`execute` did."""
 
     executed: int
-    """Notebooks executed in this run."""
+    """Executions in this run (notebooks identical in cells, files and settings share one)."""
     stored: int
-    """Notebooks found already executed (an earlier run, or a second copy of the same work)."""
+    """Notebooks found already executed by an earlier run."""
     failed: list[str]
     """``label: reason`` of jobs that failed here (nbgrader executes those itself)."""
     seconds: float
@@ -107,8 +107,10 @@ def execute(
     settings = Execute(config=Config(config)).settings()
     store = course.root / STORE
     store.mkdir(exist_ok=True)
-    jobs = {job.key: job for submission in submissions for job in jobs_of(course, submission, config, settings)}
-    todo = [job for job in jobs.values() if not stored_path(course.root, job.key).exists()]
+    jobs = [job for submission in submissions for job in jobs_of(course, submission, config, settings)]
+    done_before = {job.key for job in jobs if stored_path(course.root, job.key).exists()}
+    # Identical notebooks (same cells, files, settings: two students handing in the release) run once.
+    todo = list({job.key: job for job in jobs if job.key not in done_before}.values())
     references = sorted({s.assignment_id for s in submissions})
     references = [a for a in references if not verdict.stored_reference(course, a).exists()]
     failed: list[str] = []
@@ -133,7 +135,12 @@ def execute(
                 continue
             executed += target.suffix == ".ipynb"
             progress(f"[{count}/{len(futures)}] executed {label}")
-    return BatchRun(executed=executed, stored=len(jobs) - len(todo), failed=failed, seconds=time.monotonic() - started)
+    return BatchRun(
+        executed=executed,
+        stored=sum(job.key in done_before for job in jobs),
+        failed=failed,
+        seconds=time.monotonic() - started,
+    )
 
 
 def default_workers() -> int:
