@@ -113,6 +113,9 @@ def execute(
     todo = list({job.key: job for job in jobs if job.key not in done_before}.values())
     references = sorted({s.assignment_id for s in submissions})
     references = [a for a in references if not verdict.stored_reference(course, a).exists()]
+    stored = sum(job.key in done_before for job in jobs)
+    if stored:
+        progress(f"{stored} notebook(s) already executed by an earlier run: kept")
     failed: list[str] = []
     executed = 0
     with _executors(workers, scheduler) as (local, remote):
@@ -137,7 +140,7 @@ def execute(
             progress(f"[{count}/{len(futures)}] executed {label}")
     return BatchRun(
         executed=executed,
-        stored=sum(job.key in done_before for job in jobs),
+        stored=stored,
         failed=failed,
         seconds=time.monotonic() - started,
     )

@@ -53,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     except CourseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            "\ninterrupted: the notebooks executed so far are kept in executed/; "
+            "run the same command again to go on from there",
+            file=sys.stderr,
+        )
+        return 130
 
 
 def _build(course: Course, args: argparse.Namespace) -> int:
