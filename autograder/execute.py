@@ -1,6 +1,9 @@
 """Stage ``execute``: nbgrader's Execute preprocessor, sandboxed, and made to survive a kernel that dies or hangs.
 
-Kernels start in the sandbox of :mod:`autograder.sandbox`.
+Kernels start in the sandbox of :mod:`autograder.sandbox`. In ``nbgrader
+autograde``, a notebook that :mod:`autograder.batch` already executed (found
+in ``executed/`` by :func:`execution_key`: the same cells, folder files and
+settings) is not run again: its stored outputs are taken.
 
 Stock nbgrader gives up on a whole notebook when its kernel dies (``os._exit``,
 a segfault, a kill signal) or when a cell outlives its timeout and ignores
