@@ -83,18 +83,16 @@ def dask_cluster(folder: Path, *, env: dict[str, str]) -> Iterator[str]:
     (one thread each), started with ``env``; yields the scheduler's address."""
     scheduler_file = folder / "scheduler.json"
     quiet = {"env": env, "cwd": folder, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    scheduler = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", str(scheduler_file)], **quiet
+            [*scheduler, "--scheduler-file", str(scheduler_file), "--port", "0", "--no-dashboard"], **quiet
         )
     ]
     try:
-        deadline = time.monotonic() + 60
-        while not scheduler_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        worker = [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(scheduler_file)]
+        address = _scheduler_address(scheduler_file, timeout=60)
+        worker = [sys.executable, "-m", "distributed.cli.dask_worker", address]
         processes.append(subprocess.Popen([*worker, "--nworkers", "2", "--nthreads", "1", "--no-dashboard"], **quiet))
-        address = json.loads(scheduler_file.read_text())["address"]
         with Client(address, timeout="60s") as client:
             client.wait_for_workers(2, timeout=120)
         yield address
@@ -102,6 +100,18 @@ def dask_cluster(folder: Path, *, env: dict[str, str]) -> Iterator[str]:
         for process in processes:
             process.terminate()
             process.wait(timeout=60)
+
+
+def _scheduler_address(scheduler_file: Path, *, timeout: float) -> str:
+    """The address the scheduler writes to its file once it listens (waits for the whole file)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return json.loads(scheduler_file.read_text())["address"]
+        except (OSError, ValueError, KeyError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _failed_tests(notebook) -> list[str]:
