@@ -27,26 +27,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nbgrader.api import Gradebook
+from nbgrader.converters import Autograde
 
 from . import batch, intake, sandbox
 from .course import Course, CourseError, copy_course, nbgrader_failure, run_nbgrader
 from .grade import update_gradebook
 from .samples import Sample, samples, write_download
 
-STOCK_CONFIG = """
-# benchmark: stock nbgrader autograde (its own preprocessors and Execute, graceful kernel shutdown)
-c.Autograde.autograde_preprocessors = [
-    "nbgrader.preprocessors.Execute",
-    "nbgrader.preprocessors.IgnorePattern",
-    "nbconvert.preprocessors.ClearMetadataPreprocessor",
-    "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades",
-    "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata",
-]
-c.Execute.shutdown_kernel = "graceful"
-"""
-"""Appended to the stock side's nbgrader_config.py."""
+
+def stock_config() -> str:
+    """Appended to the stock side's nbgrader_config.py: nbgrader's own default autograde preprocessors (read
+    from nbgrader itself) and ``Execute``'s default graceful kernel shutdown."""
+    defaults = Autograde.class_traits()["autograde_preprocessors"].default()
+    names = [f"{preprocessor.__module__}.{preprocessor.__name__}" for preprocessor in defaults]
+    return f"\n# benchmark: stock nbgrader autograde\nc.Autograde.autograde_preprocessors = {names!r}\n" + (
+        'c.Execute.shutdown_kernel = "graceful"\n'
+    )
 
 
 @dataclass
@@ -90,7 +86,7 @@ def benchmark(
         raise CourseError("the benchmark needs at least one student")
     with tempfile.TemporaryDirectory(prefix="autograder-benchmark-") as scratch:
         download = write_download(generated_batch(course, students), Path(scratch) / "download")
-        stock = _placed(course, Path(scratch) / "stock", download, extra_config=STOCK_CONFIG)
+        stock = _placed(course, Path(scratch) / "stock", download, extra_config=stock_config())
         ours = _placed(course, Path(scratch) / "ours", download)
         progress(f"stock nbgrader autograde of {students} students x {len(course.assignment_ids())} notebooks")
         started = time.monotonic()

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 from distributed import Client
 
-from autograder.benchmark import scores
+from autograder.benchmark import benchmark, scores
 from autograder.course import ROOT, copy_course, grade_id, is_autograder_tests
 from autograder.execute import STORE
 from autograder.grade import grade
@@ -121,3 +121,12 @@ def _failed_tests(notebook) -> list[str]:
         for cell in notebook.cells
         if is_autograder_tests(cell) and any(o.get("output_type") == "error" for o in cell.get("outputs", []))
     ]
+
+
+def test_the_benchmark_grades_like_stock_nbgrader(course_copy):
+    """Two generated students (the reference, a wrong answer) on every assignment: stock and ours score alike
+    (the comparison that found the batch's reference run missing NBGRADER_EXECUTION); times are printed, not judged."""
+    result = benchmark(course_copy, students=2, workers=2)
+    assert result.notebooks == 2 * len(course_copy.assignment_ids())
+    assert result.differences == []
+    assert "grades identical: yes" in result.report()
