@@ -30,7 +30,6 @@ import concurrent.futures
 import json
 import os
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -78,7 +77,6 @@ class BatchRun:
     """Notebooks found already executed by an earlier run."""
     failed: list[str]
     """``label: reason`` of jobs that failed here (nbgrader executes those itself)."""
-    seconds: float
 
 
 def execute(
@@ -102,7 +100,6 @@ def execute(
         OSError: ``executed/`` cannot be written.
         ValueError, OSError: no Dask scheduler at ``scheduler`` (from ``distributed``).
     """
-    started = time.monotonic()
     config = job_config(course, isolated=isolated)
     settings = Execute(config=Config(config)).settings()
     store = course.root / STORE
@@ -142,7 +139,6 @@ def execute(
         executed=executed,
         stored=stored,
         failed=failed,
-        seconds=time.monotonic() - started,
     )
 
 
