@@ -30,7 +30,8 @@ def error(line, ename, evalue, context):
 
 
 def feedback_cell(outputs):
-    cell = nbformat.v4.new_code_cell(SOURCE, metadata=TESTS_METADATA)
+    # A fixed id: a random one can contain the digits the tests look for.
+    cell = nbformat.v4.new_code_cell(SOURCE, metadata=TESTS_METADATA, id="task-tests")
     cell.outputs = outputs
     return HideHiddenTests().preprocess_cell(cell, {}, 0)[0]
 
@@ -42,7 +43,7 @@ def test_the_hidden_block_is_replaced_by_one_line():
 def test_a_hidden_failure_shows_its_label_but_not_the_expected_value():
     cell = feedback_cell([error(5, "AssertionError", "f(a hidden case)\nexpected 42, got 0", ["----> 5 check_equal"])])
     assert cell.outputs[0].traceback == ["A hidden test failed: f(a hidden case)"]
-    assert "42" not in str(cell)
+    assert "42" not in str(cell) and "41" not in str(cell)
 
 
 def test_an_exception_from_the_students_code_in_a_hidden_test_shows_its_type_and_message():
