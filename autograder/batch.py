@@ -18,7 +18,10 @@ code, files and settings it was produced with, and a run that stops half way
 (Ctrl-C, a crash) keeps what it finished: the next run executes only the rest.
 
 The reference solution's check records (:mod:`autograder.verdict`) are
-computed in the same batch, in a local process, and stored the same way.
+computed in the same batch, in a local process, and stored the same way;
+the reference's kernel runs in the same sandbox as the students' (forked
+from the preloaded server, so it starts as fast), unless the batch runs
+without isolation.
 
 A job that fails (its kernel cannot start, a worker is lost) is reported
 and left to nbgrader, which executes that notebook itself.
@@ -117,7 +120,7 @@ def execute(
     executed = 0
     with _executors(workers, scheduler) as (local, remote):
         futures: dict[concurrent.futures.Future, tuple[str, Path]] = {
-            local.submit(_reference_json, str(course.root), assignment_id): (
+            local.submit(_reference_json, str(course.root), assignment_id, isolated): (
                 f"reference of {assignment_id}",
                 verdict.stored_reference(course, assignment_id),
             )
@@ -211,8 +214,8 @@ def run(job: Job) -> str:
     return nbformat.writes(notebook)
 
 
-def _reference_json(root: str, assignment_id: str) -> str:
-    return json.dumps(verdict.reference_records(Course(Path(root)), assignment_id))
+def _reference_json(root: str, assignment_id: str, sandboxed: bool) -> str:
+    return json.dumps(verdict.reference_records(Course(Path(root)), assignment_id, sandboxed=sandboxed))
 
 
 def _write_atomically(target: Path, text: str) -> None:

@@ -3,7 +3,10 @@
 The batch: ``students`` generated students, each submitting all the course's
 notebooks; for every assignment, even-numbered students hand in the reference
 solution and odd-numbered ones a wrong answer from ``tests/submissions``
-(cycling through them), so both passing and failing tests are timed.
+(cycling through them), so both passing and failing tests are timed. Each
+notebook ends with a markdown cell naming its student, so no two are
+identical (the batch would execute identical notebooks once, and real
+students' notebooks differ).
 
 Each side gets its own scratch course directory, gradebook and the same
 placed submissions (set up untimed). Timed:
@@ -20,12 +23,14 @@ Then every grade cell's score in the two gradebooks is compared.
 
 from __future__ import annotations
 
+import copy
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.converters import Autograde
 
@@ -108,7 +113,8 @@ def benchmark(
 
 
 def generated_batch(course: Course, students: int) -> list[Sample]:
-    """``students`` students (``student_000``...), each with every assignment: the reference or a wrong answer."""
+    """``students`` students (``student_000``...), each with every assignment: the reference or a wrong answer,
+    and a last markdown cell with the student's id."""
     batch_samples = []
     for assignment_id in course.assignment_ids():
         found = samples(course, assignment_id)
@@ -116,7 +122,10 @@ def generated_batch(course: Course, students: int) -> list[Sample]:
         wrong = [s for s in found if s.student_id.startswith("wrong_")] or [reference]
         for number in range(students):
             chosen = reference if number % 2 == 0 else wrong[(number // 2) % len(wrong)]
-            batch_samples.append(Sample(f"student_{number:03d}", assignment_id, chosen.notebook, chosen.expected))
+            student_id = f"student_{number:03d}"
+            notebook = copy.deepcopy(chosen.notebook)
+            notebook.cells.append(nbformat.v4.new_markdown_cell(f"Handed in by {student_id}."))
+            batch_samples.append(Sample(student_id, assignment_id, notebook, chosen.expected))
     return batch_samples
 
 

@@ -20,6 +20,7 @@ from nbclient import NotebookClient
 from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
 from .course import CHECKS_MODULE, Course, CourseError, generate_assignment, read_notebook, strip_markers
+from .sandbox import SandboxedKernelManager
 
 NBVAL_RAISES = "NBVAL_RAISES_EXCEPTION"
 NBVAL_IGNORE = "NBVAL_IGNORE_OUTPUT"
@@ -130,8 +131,13 @@ def _marked(cell: nbformat.NotebookNode, marker: str) -> bool:
     )
 
 
-def execute_notebook(notebook: nbformat.NotebookNode, *, cwd: Path, env: dict[str, str]) -> nbformat.NotebookNode:
+def execute_notebook(
+    notebook: nbformat.NotebookNode, *, cwd: Path, env: dict[str, str], sandboxed: bool = False
+) -> nbformat.NotebookNode:
     """Execute a copy of ``notebook`` in a fresh kernel started in ``cwd`` with ``env`` added.
+
+    ``sandboxed``: the kernel runs (forked where it can be) in the sandbox of
+    :mod:`autograder.sandbox`, which is faster as root; by default it is a plain local process.
 
     Errors do not stop execution (they are stored as outputs); no timing
     metadata is recorded; consecutive stream outputs are merged, since how
@@ -148,6 +154,7 @@ def execute_notebook(notebook: nbformat.NotebookNode, *, cwd: Path, env: dict[st
             shutdown_kernel="immediate",
             extra_arguments=["--IPKernelApp.log_level=ERROR"],  # not the kernel's TCP warning on our stderr
             resources={"metadata": {"path": str(cwd)}},
+            **({"kernel_manager_class": SandboxedKernelManager} if sandboxed else {}),
         )
         client.execute()
     notebook, _ = CoalesceStreamsPreprocessor().preprocess(notebook, {})

@@ -59,19 +59,21 @@ def records_by_cell(notebook: NotebookNode) -> dict[str, list[Any]]:
     return {grade_id(cell): cell_records(cell) for cell in notebook.cells if is_autograder_tests(cell)}
 
 
-def reference_records(course: Course, assignment_id: str) -> dict[str, list[Any]]:
+def reference_records(course: Course, assignment_id: str, *, sandboxed: bool = False) -> dict[str, list[Any]]:
     """Run the reference solution's notebook (source/ without markers) and collect its records per test cell.
 
     The kernel starts in a scratch folder holding ``checks.py``, with this
     process's environment and ``NBGRADER_EXECUTION=autograde``, as nbgrader's
-    kernels do (notebooks size some work by it), whoever calls this.
+    kernels do (notebooks size some work by it), whoever calls this;
+    ``sandboxed``: in the students' sandbox (forked, so faster, as root).
     """
     from .build import execute_notebook, reference_cells
 
     with tempfile.TemporaryDirectory(prefix="reference-") as scratch:
         shutil.copy(CHECKS_MODULE, Path(scratch) / "checks.py")
         env = {"NBGRADER_EXECUTION": "autograde"}
-        executed = execute_notebook(reference_cells(course, assignment_id), cwd=Path(scratch), env=env)
+        notebook = reference_cells(course, assignment_id)
+        executed = execute_notebook(notebook, cwd=Path(scratch), env=env, sandboxed=sandboxed)
     return records_by_cell(executed)
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from traitlets.config import Config
 
 from autograder.execute import Execute
 
@@ -19,6 +20,7 @@ def run(
     folder: Path | None = None,
     tests: frozenset[int] = frozenset(),
     timeout: int = 2,
+    fork: bool = True,
 ) -> list[nbformat.NotebookNode]:
     """Execute one code cell per source (and a markdown cell first) with a ``timeout`` per cell (default 2 s).
 
@@ -33,7 +35,11 @@ def run(
     notebook = new_notebook(cells=[new_markdown_cell("# scratch"), *cells])
     notebook.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
     executor = Execute(
-        timeout=timeout, shutdown_kernel="immediate", max_restarts=max_restarts, notebook_timeout=notebook_timeout
+        timeout=timeout,
+        shutdown_kernel="immediate",
+        max_restarts=max_restarts,
+        notebook_timeout=notebook_timeout,
+        config=Config({"SandboxedKernelManager": {"fork": fork}}),
     )
     with tempfile.TemporaryDirectory() as empty:
         executed, _ = executor.preprocess(notebook, {"metadata": {"path": str(folder or empty)}})

@@ -18,13 +18,26 @@ from autograder.course import ROOT
 from autograder.execute import Execute
 
 PROBLEM = sandbox.problem()
+FORKS = os.geteuid() == 0
+"""As root, kernels are forked from the fork server (autograder.forkserver); each test also runs without it."""
 pytestmark = pytest.mark.skipif(
     PROBLEM is not None and not os.environ.get("CI"),
     reason=f"no sandbox here: {PROBLEM} (.ci/run installs bubblewrap; under CI these tests run and fail)",
 )
 
 
-def test_the_kernel_sees_a_scratch_copy_of_its_folder_and_nothing_of_the_course(tmp_path):
+@pytest.fixture(
+    params=[
+        pytest.param(True, id="forked", marks=pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")),
+        pytest.param(False, id="own sandbox"),
+    ]
+)
+def fork(request):
+    """Whether the kernel is forked from the fork server, or starts in a sandbox of its own."""
+    return request.param
+
+
+def test_the_kernel_sees_a_scratch_copy_of_its_folder_and_nothing_of_the_course(tmp_path, fork):
     (tmp_path / "checks.py").write_text("HELPER = 'copied'\n")
     setup, listing, course, written, state = run(
         SETUP,
@@ -33,6 +46,7 @@ def test_the_kernel_sees_a_scratch_copy_of_its_folder_and_nothing_of_the_course(
         "open('answer.txt', 'w').write('kept in the scratch copy')",
         SHOW_STATE,
         folder=tmp_path,
+        fork=fork,
     )
     assert printed(listing) == f"['checks.py'] {sandbox.WORK_PARENT / tmp_path.name}\ncopied\n"
     assert "source" not in printed(course) and "gradebook.db" not in printed(course)
@@ -41,7 +55,7 @@ def test_the_kernel_sees_a_scratch_copy_of_its_folder_and_nothing_of_the_course(
     assert printed(state) == "kept\n"
 
 
-def test_the_kernel_cannot_write_outside_its_folder_and_its_tmp_is_private(tmp_path):
+def test_the_kernel_cannot_write_outside_its_folder_and_its_tmp_is_private(tmp_path, fork):
     marker = f"/tmp/sandbox-marker-{uuid.uuid4().hex}"
     setup, python, root, tmp, user = run(
         SETUP,
@@ -49,6 +63,7 @@ def test_the_kernel_cannot_write_outside_its_folder_and_its_tmp_is_private(tmp_p
         "open('/planted.txt', 'w')",
         f"open({marker!r}, 'w').write('inside')\nprint(open({marker!r}).read())",
         "print(os.getuid(), os.getgid())",
+        fork=fork,
     )
     assert enames(python) == ["OSError"]  # read-only file system
     assert enames(root) == ["PermissionError"]
@@ -57,7 +72,7 @@ def test_the_kernel_cannot_write_outside_its_folder_and_its_tmp_is_private(tmp_p
     assert uid != 0 and gid != 0
 
 
-def test_the_kernel_has_no_network_and_none_of_the_graders_secrets(monkeypatch):
+def test_the_kernel_has_no_network_and_none_of_the_graders_secrets(monkeypatch, fork):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "grader-only")
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
@@ -66,13 +81,14 @@ def test_the_kernel_has_no_network_and_none_of_the_graders_secrets(monkeypatch):
             f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)",
             "socket.create_connection(('1.1.1.1', 53), timeout=1)",
             "print(os.environ.get('AWS_SECRET_ACCESS_KEY'), 'PYTHONPATH' in os.environ)",
+            fork=fork,
         )
     assert enames(loopback) == ["ConnectionRefusedError"], "the grader's loopback is not the kernel's"
     assert enames(outside) == ["OSError"]  # network is unreachable
     assert printed(secret) == "None False\n"
 
 
-def test_a_memory_hog_a_process_flood_and_a_huge_file_cost_only_their_cells():
+def test_a_memory_hog_a_process_flood_and_a_huge_file_cost_only_their_cells(fork):
     flood = (
         "children = []\n"
         "while True:\n"
@@ -90,11 +106,34 @@ def test_a_memory_hog_a_process_flood_and_a_huge_file_cost_only_their_cells():
         "open('big.bin', 'wb').write(bytes(128 * 2**20))",
         SHOW_STATE,
         timeout=60,  # forking 500 processes takes seconds on a loaded machine
+        fork=fork,
     )
     assert enames(hog) == ["MemoryError"]
     assert enames(forks) == ["BlockingIOError"]  # fork: resource temporarily unavailable (RLIMIT_NPROC)
     assert enames(big_file) == ["OSError"]  # file too large (RLIMIT_FSIZE)
     assert [printed(c) for c in (after_hog, after_forks, after_file)] == ["kept\n"] * 3
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_a_forked_kernel_leaves_nothing_to_the_next_one_forked_from_the_same_server():
+    """Processes a kernel left running, files in /tmp, its user and random state: none reach the next kernel."""
+    leave = (
+        "import subprocess, sys, random, numpy, torch\n"
+        "print('torch' in sys.modules)\n"  # before the notebook imports it: preloaded, so forked
+        "daemon = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        "open('/tmp/left-behind', 'w').write('answers')\n"
+        "print(daemon.pid, os.getuid(), random.random(), numpy.random.rand(), torch.rand(1).item())"
+    )
+    look = "print(os.path.exists('/tmp/left-behind'))\nos.kill(int(pid), 0)"
+    first = run(SETUP, leave)[1]
+    preloaded, left = printed(first).split("\n")[:2]
+    pid, uid, *draws = left.split()
+    second_look, second_leave = run(SETUP, f"pid = {pid}\n" + look, leave)[1:]
+    assert preloaded == "True" and printed(second_leave).split("\n")[0] == "True"
+    _, second_uid, *second_draws = printed(second_leave).split("\n")[1].split()
+    assert second_uid != uid
+    assert all(a != b for a, b in zip(draws, second_draws, strict=True)), "each fork reseeds its generators"
+    assert printed(second_look) == "False\n" and enames(second_look) == ["ProcessLookupError"]
 
 
 def test_megabytes_of_output_are_cut_at_the_cells_limit_and_a_later_error_still_shows():

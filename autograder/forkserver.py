@@ -1,0 +1,233 @@
+"""Kernels forked from a preloaded process, inside the sandbox: the fork server and the kernel command.
+
+Starting a kernel costs a new Python, ipykernel, and the imports of torch,
+numpy and matplotlib (2 to 3 CPU seconds), every notebook again. A fork
+server pays that once: it runs in a bubblewrap sandbox like a kernel's
+(:mod:`autograder.sandbox`, as root with only CAP_SETUID/SETGID), imports
+:data:`PRELOAD`, and then forks one kernel at a time on request. Each
+kernel, before it runs anything:
+
+- starts a new session, moves into its folder and takes the environment it
+  was sent;
+- sets its resource limits (``setrlimit``: CPU, data segment, processes,
+  file size, open files, core), then drops to its own unprivileged user
+  (``setresgid``/``setresuid``; the capabilities go with root);
+- reseeds ``random``, NumPy's and torch's generators (a fork copies them);
+- runs ``ipykernel``'s ``IPKernelApp`` with the arguments jupyter_client
+  gave.
+
+After a kernel ends, the server kills every process left of its user and
+empties /tmp before it serves the next request.
+
+The server imports but runs no torch operation and starts no thread:
+forking after torch has run a parallel operation hangs the child (GNU
+OpenMP), and CUDA must never be initialised before a fork. matplotlib is
+imported with the inline backend named in ``MPLBACKEND`` (as ipykernel
+sets it), but ``matplotlib_inline`` itself is not preloaded: its import
+hooks into an IPython shell, which only exists in the kernel.
+
+This file runs as a script, with nothing but the standard library and the
+preloaded modules, in two roles:
+
+- ``forkserver.py serve SOCKET``: the server, inside the sandbox;
+- ``forkserver.py kernel SOCKET REQUEST``: the kernel command jupyter_client
+  starts (outside). It sends REQUEST (JSON: ``argv``, ``cwd``, ``env``,
+  ``uid``, ``limits``) and then lives exactly as long as the kernel, exiting
+  with its exit code; when it is killed, the server kills the kernel. So
+  jupyter_client manages it like any kernel process.
+
+The socket lies in a folder only root may enter: a kernel cannot ask for
+kernels.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+PRELOAD = (
+    "numpy",
+    "torch",
+    "torch._dynamo",
+    "torch.testing",
+    "torch.utils.benchmark",
+    "matplotlib",
+    "matplotlib.figure",
+    "matplotlib.font_manager",
+    "IPython",
+    "ipykernel.ipkernel",
+    "ipykernel.kernelapp",
+    "statistics",
+)
+"""Modules the server imports before forking: those the course's notebooks import, directly or through torch
+(``torch._dynamo`` comes with the first optimizer step), found by listing a kernel's ``sys.modules`` after each
+notebook."""
+
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+
+LIMITS = {
+    "cpu": "RLIMIT_CPU",
+    "data": "RLIMIT_DATA",
+    "nproc": "RLIMIT_NPROC",
+    "fsize": "RLIMIT_FSIZE",
+    "nofile": "RLIMIT_NOFILE",
+    "core": "RLIMIT_CORE",
+}
+"""Request ``limits`` keys (``prlimit``'s option names, which the plain sandbox passes) -> ``resource`` names."""
+
+
+def serve(path: str) -> None:
+    """Preload, listen on ``path`` and serve kernels one at a time, forever."""
+    os.environ.setdefault("MPLBACKEND", INLINE_BACKEND)
+    kept = set(os.listdir("/tmp"))  # the folders bwrap made for what it bound under /tmp (Python, say)
+    for name in PRELOAD:
+        importlib.import_module(name)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(4)
+    _empty_tmp(kept)  # what the imports wrote (matplotlib's font list) stays in memory only, as for every kernel
+    print("ready", flush=True)
+    while True:
+        connection, _ = server.accept()
+        with connection:
+            request = json.loads(connection.makefile("r").readline())
+            pid = os.fork()
+            if pid == 0:
+                server.close()
+                _kernel(connection, request)
+            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+            code = _watch(connection, pid)
+            _clean_up(request["uid"], kept)
+            try:
+                connection.sendall(json.dumps({"exit": code}).encode() + b"\n")
+            except OSError:
+                pass  # the kernel command was killed: nobody waits for the code
+
+
+def _watch(connection: socket.socket, pid: int) -> int:
+    """Wait for the kernel ``pid`` to end (SIGKILL it when ``connection`` closes); its exit code."""
+    connection.settimeout(0.05)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        try:
+            closed = connection.recv(1) == b""
+        except TimeoutError:
+            closed = False
+        except OSError:
+            closed = True
+        if closed:
+            os.kill(pid, signal.SIGKILL)
+
+
+def _clean_up(uid: int, kept: set[str]) -> None:
+    """Kill every process of ``uid`` left behind, remove the System V IPC objects of this IPC namespace, and empty
+    /tmp but for ``kept``."""
+    for _ in range(1000):
+        left = _processes_of(uid)
+        if not left:
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.005)
+    if os.path.exists("/usr/bin/ipcrm"):
+        subprocess.run(["/usr/bin/ipcrm", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    _empty_tmp(kept)
+
+
+def _processes_of(uid: int) -> list[int]:
+    """Live (not zombie) processes whose real user id is ``uid``, from /proc."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+            found.append(int(entry.name))
+    return found
+
+
+def _empty_tmp(kept: set[str]) -> None:
+    """Remove everything in /tmp but the entries named in ``kept`` (root's folders, holding bound folders)."""
+    for entry in os.scandir("/tmp"):
+        if entry.name in kept:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+
+
+def _kernel(connection: socket.socket, request: dict) -> None:
+    """In the forked child: become the kernel the request describes. Never returns."""
+    try:
+        import random
+        import resource
+
+        import numpy
+        import torch
+
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        connection.close()
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        for name, value in request["limits"].items():
+            resource.setrlimit(getattr(resource, LIMITS[name]), (value, value))
+        uid = request["uid"]
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        seed = int.from_bytes(os.urandom(8), "little")
+        random.seed(seed)
+        numpy.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+        sys.path.insert(0, os.getcwd())  # as ``python -m ipykernel_launcher`` has it
+        sys.argv = ["ipykernel_launcher", *request["argv"]]
+        from ipykernel.kernelapp import IPKernelApp
+
+        IPKernelApp.launch_instance(argv=request["argv"])
+    except SystemExit as exit:
+        os._exit(exit.code if isinstance(exit.code, int) else int(exit.code is not None))
+    except BaseException:
+        os._exit(1)
+    os._exit(0)
+
+
+def kernel(path: str, request: str) -> int:
+    """The kernel command: ask the server at ``path`` for the kernel ``request`` describes; its exit code."""
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.connect(path)
+    connection.sendall(request.encode() + b"\n")
+    replies = connection.makefile("r")
+    replies.readline()  # {"pid": ...}
+    line = replies.readline()
+    return json.loads(line)["exit"] if line else 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "serve":
+        serve(sys.argv[2])
+    else:
+        sys.exit(kernel(sys.argv[2], sys.argv[3]))
