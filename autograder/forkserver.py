@@ -61,14 +61,20 @@ PRELOAD = (
     "matplotlib",
     "matplotlib.figure",
     "matplotlib.font_manager",
+    "matplotlib.pyplot",
+    "ipykernel.zmqshell",
+    "ipykernel.debugger",
+    "stack_data",
+    "IPython.core.debugger",
     "IPython",
     "ipykernel.ipkernel",
     "ipykernel.kernelapp",
     "statistics",
 )
 """Modules the server imports before forking: those the course's notebooks import, directly or through torch
-(``torch._dynamo`` comes with the first optimizer step), found by listing a kernel's ``sys.modules`` after each
-notebook."""
+(``torch._dynamo`` comes with the first optimizer step) or ipykernel (its debugger; ``stack_data`` formats the
+first traceback), found by listing a kernel's ``sys.modules`` after each notebook. ``matplotlib.pyplot`` only
+loads its backend at the first figure, in the kernel (checked: the same figures as unforked kernels)."""
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
