@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             "--workers",
             type=int,
             default=None,
-            help="notebooks executed at once on this machine (default: its CPUs + 1, fewer if memory is short)",
+            help="notebooks executed at once on this machine (default: one per CPU, fewer if memory is short)",
         )
     grade_parser.add_argument(
         "--scheduler",
