@@ -103,18 +103,32 @@ def serve(path: str) -> None:
     while True:
         connection, _ = server.accept()
         with connection:
-            request = json.loads(connection.makefile("r").readline())
-            pid = os.fork()
-            if pid == 0:
-                server.close()
-                _kernel(connection, request)
-            connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-            code = _watch(connection, pid)
-            _clean_up(request["uid"], kept)
             try:
-                connection.sendall(json.dumps({"exit": code}).encode() + b"\n")
-            except OSError:
-                pass  # the kernel command was killed: nobody waits for the code
+                _serve_one(server, connection, kept)
+            except Exception as error:  # a kernel command that went away early, say: serve the next one
+                print(f"request failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+
+
+def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str]) -> None:
+    """Fork the kernel ``connection`` asks for, watch it, and clean up after it."""
+    request = json.loads(connection.makefile("r").readline())
+    pid = os.fork()
+    if pid == 0:
+        server.close()
+        _kernel(connection, request)
+    try:
+        connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        code = _watch(connection, pid)
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)  # it may not have become its user yet, which the clean-up looks for
+        os.waitpid(pid, 0)
+        raise
+    finally:
+        _clean_up(request["uid"], kept)
+    try:
+        connection.sendall(json.dumps({"exit": code}).encode() + b"\n")
+    except OSError:
+        pass  # the kernel command was killed: nobody waits for the code
 
 
 def _watch(connection: socket.socket, pid: int) -> int:
