@@ -79,6 +79,9 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
 TMP_BYTES = 256 * 2**20
 """Size of the kernel's private /tmp (memory-backed)."""
 
+FORK_SERVER = str(Path(forkserver.__file__).resolve())
+"""The fork server's script: run inside the server's sandbox (``serve``) and as each forked kernel's command."""
+
 DISABLED_ENV = "AUTOGRADER_NO_SANDBOX"
 """Set (to anything) in nbgrader's environment, it runs kernels without the sandbox: ``grade --no-sandbox``."""
 
@@ -140,13 +143,12 @@ class ForkServer:
             folder.mkdir(mode=mode)
         os.chmod(self.scratch, 0o711)
         self.socket = str(control / "socket")
-        script = str(Path(forkserver.__file__).resolve())
         command = [executable, *_namespace_args(), *_filesystem_args(self.home, WORK_PARENT)]
         for folder in (str(self.runtime), str(control)):
             command += [*_parents(folder), "--bind", folder, folder]
-        command += [*_parents(script), "--ro-bind", script, script]
+        command += [*_parents(FORK_SERVER), "--ro-bind", FORK_SERVER, FORK_SERVER]
         command += ["--cap-add", "CAP_SETUID,CAP_SETGID", "--"]  # the server drops to each kernel's user
-        command += [sys.executable, "-s", "-P", script, "serve", self.socket]
+        command += [sys.executable, "-s", "-P", FORK_SERVER, "serve", self.socket]
         self.log = self.scratch / "server.log"
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
@@ -283,8 +285,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             "uid": self.uid,
             "limits": self._limits(),
         }
-        script = str(Path(forkserver.__file__).resolve())
-        return [sys.executable, "-I", "-S", script, "kernel", self._server.socket, json.dumps(request)], kw
+        return [sys.executable, "-I", "-S", FORK_SERVER, "kernel", self._server.socket, json.dumps(request)], kw
 
     def _limits(self) -> dict[str, int]:
         """Resource limits by ``prlimit``'s option names (the process limit only as root: see the module)."""
