@@ -231,24 +231,28 @@ class SandboxedKernelManager(AsyncKernelManager):
             return await self._forked_start(**kw)
         if self._scratch is None:  # first start; a restart keeps the folders (and what the kernel wrote)
             self._scratch = Path(tempfile.mkdtemp(prefix="kernel-sandbox-"))
-            origin = Path(kw.get("cwd") or os.getcwd())
-            self._work = self._scratch / "work"
-            shutil.copytree(origin, self._work, symlinks=True, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-            self._inside = WORK_PARENT / origin.name
-            self._runtime = self._scratch / "runtime"
-            self._runtime.mkdir()
             if os.geteuid() == 0:
-                for path in [self._scratch, self._runtime, self._work, *self._work.rglob("*")]:
-                    os.lchown(path, self.uid, self.uid)
-            self.transport = "ipc"
-            self.ip = str(self._runtime / "kernel")
-            self.connection_file = str(self._runtime / "kernel.json")
+                os.chown(self._scratch, self.uid, self.uid)
+            self._set_up_folders(Path(kw.get("cwd") or os.getcwd()), self._scratch / "work", self._scratch / "runtime")
         kw["cwd"] = str(self._scratch)
         kernel_cmd, kw = await super()._async_pre_start_kernel(**kw)
         if os.geteuid() == 0:
             os.chown(self.connection_file, self.uid, self.uid)
         kw["env"] = self._kernel_env(kw.get("env") or os.environ)
         return self._wrapped(kernel_cmd), kw
+
+    def _set_up_folders(self, origin: Path, work: Path, runtime: Path) -> None:
+        """Copy ``origin`` (nbgrader's folder) to ``work``, seen inside at ``WORK_PARENT/<origin's name>``, and
+        create ``runtime`` for the kernel's ``ipc`` sockets and connection file; as root, both the kernel user's."""
+        shutil.copytree(origin, work, symlinks=True, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+        runtime.mkdir(mode=0o700)
+        if os.geteuid() == 0:
+            for path in [runtime, work, *work.rglob("*")]:
+                os.lchown(path, self.uid, self.uid)
+        self._work, self._runtime, self._inside = work, runtime, WORK_PARENT / origin.name
+        self.transport = "ipc"
+        self.ip = str(runtime / "kernel")
+        self.connection_file = str(runtime / "kernel.json")
 
     def _forks(self) -> bool:
         """Whether this kernel is forked: asked for, as root, and the kernel is ipykernel in this Python."""
@@ -262,17 +266,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self._server is None:  # first start; a restart keeps the server, the folders and what the kernel wrote
             self._server = _acquire_server(env)
             origin = Path(kw.get("cwd") or os.getcwd())
-            self._inside = WORK_PARENT / origin.name
-            self._work = self._server.home / origin.name
-            shutil.rmtree(self._work, ignore_errors=True)
-            shutil.copytree(origin, self._work, symlinks=True, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-            self._runtime = self._server.runtime / f"kernel-{self.uid}"
-            self._runtime.mkdir(mode=0o700)
-            for path in [self._runtime, self._work, *self._work.rglob("*")]:
-                os.lchown(path, self.uid, self.uid)
-            self.transport = "ipc"
-            self.ip = str(self._runtime / "kernel")
-            self.connection_file = str(self._runtime / "kernel.json")
+            shutil.rmtree(self._server.home / origin.name, ignore_errors=True)
+            self._set_up_folders(origin, self._server.home / origin.name, self._server.runtime / f"kernel-{self.uid}")
         elif not self._server.alive():  # a restart, but the server is gone (killed from outside)
             raise RuntimeError(f"the kernel fork server stopped: {self._server.log.read_text()[-2000:]}")
         kw["cwd"] = str(self._runtime)
