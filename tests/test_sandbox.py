@@ -118,8 +118,9 @@ def test_a_memory_hog_a_process_flood_and_a_huge_file_cost_only_their_cells(fork
 def test_a_forked_kernel_leaves_nothing_to_the_next_one_forked_from_the_same_server():
     """Processes a kernel left running, files in /tmp, its user and random state: none reach the next kernel."""
     leave = (
-        "import subprocess, sys, random, numpy, torch\n"
-        "print('torch' in sys.modules)\n"  # before the notebook imports it: preloaded, so forked
+        "import sys\n"
+        "print('torch' in sys.modules)\n"  # before the cell imports it: preloaded, so forked
+        "import subprocess, random, numpy, torch\n"
         "daemon = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
         "open('/tmp/left-behind', 'w').write('answers')\n"
         "print(daemon.pid, os.getuid(), random.random(), numpy.random.rand(), torch.rand(1).item())"
