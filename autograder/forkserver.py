@@ -117,7 +117,6 @@ def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str])
         server.close()
         _kernel(connection, request)
     try:
-        connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
         code = _watch(connection, pid)
     except BaseException:
         os.kill(pid, signal.SIGKILL)  # it may not have become its user yet, which the clean-up looks for
@@ -240,9 +239,7 @@ def kernel(path: str, request: str) -> int:
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.connect(path)
     connection.sendall(request.encode() + b"\n")
-    replies = connection.makefile("r")
-    replies.readline()  # {"pid": ...}
-    line = replies.readline()
+    line = connection.makefile("r").readline()
     return json.loads(line)["exit"] if line else 1
 
 
