@@ -8,8 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 from downloads import ASSIGNMENT, SHAPES, build, hashes, notebooks, write, zip_bytes, zipped
-
-from autograder.course import ROOT, Course, CourseError, copy_course, read_notebook
+from autograder.course import ROOT, Course, CourseError, copy_course, read_notebook, run_nbgrader
 from autograder.intake import opened, place, refuse_course_folders
 from autograder.intake.archives import MAX_RATIO
 from autograder.intake.roster import Roster, map_student, safe_id, write_mapping
@@ -105,6 +104,10 @@ def test_times_come_from_the_platform_or_nbgrader_never_from_a_student(tmp_path,
         "ada": datetime(2026, 11, 30, 10, tzinfo=timezone.utc),
         "bea": None,
     }
+
+    canvas = take(build("canvas", tmp_path / "canvas", *work_and_blank).path)
+    late = {s.student_id: s for s in canvas.submissions}["brontebea_1002"]
+    assert late.timestamp is None and "late: the platform marked it late" in late.notes[-1]
 
     moodle = take(build("moodle", tmp_path / "moodle", *work_and_blank).path)
     assert all(s.timestamp is None for s in moodle.submissions)
@@ -315,34 +318,36 @@ def test_dry_run_prints_every_file_and_grades_nothing(tmp_path, cli, work_and_bl
     assert sorted(p.name for p in course.root.iterdir()) == ["nbgrader_config.py", "source"]
 
 
-# One real grading run (nbgrader, sandbox) of a mixed Canvas download, shared by the tests below.
+# One real grading run (nbgrader, sandbox) of a mixed Blackboard download, shared by the tests below.
+
+DUE = "2026-11-30 12:00:00 UTC"
 
 
 @pytest.fixture(scope="module")
-def graded_canvas(tmp_path_factory, work_and_blank):
-    """A Canvas zip graded with a roster: work, blank (late), a blank beside the final, a student with no notebook."""
+def graded_blackboard(tmp_path_factory, work_and_blank):
+    """A Blackboard zip graded with a roster and a due date: ada's two attempts (the later, late one is her work),
+    bea's blank, kim's blank beside her final in one attempt, jdoe's text file and no notebook."""
     from conftest import run_cli
 
     work, blank = work_and_blank
     root = tmp_path_factory.mktemp("graded")
     course = copy_course(COURSE, root / "course")
-    folder = write(
-        root / "download",
+    assert run_nbgrader(course, "db", "assignment", "add", ASSIGNMENT, f"--duedate={DUE}").returncode == 0
+    attempt = "01 Tensors_{}_attempt_2026-11-30-09-00-00_{}"
+    folder = build("blackboard", root / "download", work, blank).path
+    write(
+        folder,
         {
-            "lovelaceada_1001_5001_01_tensors.ipynb": work,
-            "brontebea_LATE_1002_5002_01_tensors.ipynb": blank,
-            "leekim_1003_5003_01_tensors.ipynb": blank,
-            "leekim_1003_5003_01_tensors_final.ipynb": work,
-            "doejohn_1004_5004_notes.txt": "I could not open Jupyter",
+            attempt.format("klee", "01_tensors.ipynb"): blank,
+            attempt.format("klee", "01_tensors_final.ipynb"): work,
+            attempt.format("jdoe", "notes.txt"): "I could not open Jupyter",
         },
     )
-    download = zipped(folder, root / "submissions.zip")
+    download = zipped(folder, root / "gradebook_01_tensors.zip")
     roster = write(
         root,
-        {
-            "roster.csv": 'student_id,platform_id,first_name,last_name\ns001,1001,Ada,"Lovelace, ""Jr."""\n'
-            "Kim [2],1003,Kim,Lee\n"
-        },
+        {"roster.csv": 'student_id,platform_id,first_name,last_name\ns001,alovelace,Ada,"Lovelace, ""Jr."""\n'
+         "Kim [2],klee,Kim,Lee\n"},
     )
     before = hashes(download)
     process = run_cli("--course", str(course.root), "grade", "--roster", str(roster / "roster.csv"), str(download))
@@ -354,43 +359,47 @@ def read_csv(path):
         return list(csv.DictReader(handle))
 
 
-def test_a_graded_download_is_untouched_and_every_file_is_in_the_manifest(graded_canvas):
-    course, process, before, download = graded_canvas
+def test_a_graded_download_is_untouched_and_every_file_is_in_the_manifest(graded_blackboard):
+    course, process, before, download = graded_blackboard
     assert process.returncode == 0, process.stderr
     assert hashes(download) == before
-    assert "format: canvas detected" in process.stdout
-    assert "5 file(s): 1 copy not graded, 3 graded, 1 not taken" in process.stdout
+    assert "format: blackboard detected" in process.stdout
+    assert "9 file(s): 2 copy not graded, 3 graded, 1 not taken, 3 platform metadata" in process.stdout
     manifest = read_csv(course.root / "manifest.csv")
     assert sorted(row["file"] for row in manifest) == files_in(download)
-    kim = safe_id("Kim [2]")
-    assert {row["file"]: (row["status"], row["student_id"]) for row in manifest} == {
-        "brontebea_LATE_1002_5002_01_tensors.ipynb": ("graded", "brontebea_1002"),
-        "doejohn_1004_5004_notes.txt": ("not taken", "doejohn_1004"),
-        "leekim_1003_5003_01_tensors.ipynb": ("copy not graded", kim),
-        "leekim_1003_5003_01_tensors_final.ipynb": ("graded", kim),
-        "lovelaceada_1001_5001_01_tensors.ipynb": ("graded", "s001"),
+    kim, name = safe_id("Kim [2]"), "01 Tensors_{}_attempt_{}_{}".format
+    assert {row["file"]: (row["status"], row["student_id"]) for row in manifest if row["file"].endswith(".ipynb")} == {
+        name("alovelace", "2026-11-29-09-00-00", "01_tensors.ipynb"): ("copy not graded", "s001"),
+        name("alovelace", "2026-11-30-18-30-00", "01_tensors.ipynb"): ("graded", "s001"),
+        name("bbronte", "2026-11-30-08-00-00", "01_tensors.ipynb"): ("graded", "bbronte"),
+        name("klee", "2026-11-30-09-00-00", "01_tensors.ipynb"): ("copy not graded", kim),
+        name("klee", "2026-11-30-09-00-00", "01_tensors_final.ipynb"): ("graded", kim),
     }
+    assert {row["status"] for row in manifest if row["file"].endswith("00.txt")} == {"platform metadata"}
 
 
-def test_a_graded_download_gives_grades_and_statuses_an_instructor_can_act_on(graded_canvas):
-    course, process, _, _ = graded_canvas
+def test_a_graded_download_gives_grades_and_statuses_an_instructor_can_act_on(graded_blackboard):
+    course, process, _, _ = graded_blackboard
     full = next(s for s in samples(COURSE, ASSIGNMENT) if s.student_id == "reference").expected_total
     grades = read_csv(course.root / "grades.csv")
     assert list(grades[0]) == GRADES_COLUMNS
     by_id = {row["student_id"]: row for row in grades}
     kim = safe_id("Kim [2]")
-    assert sorted(by_id) == sorted(["s001", "brontebea_1002", kim, "doejohn_1004"])
+    assert sorted(by_id) == sorted(["s001", "bbronte", kim, "jdoe"])
     assert by_id["s001"]["last_name"] == 'Lovelace, "Jr."' and by_id["s001"]["first_name"] == "Ada"
+    assert by_id["s001"]["timestamp"].startswith("2026-11-30 18:30:00")
     assert float(by_id["s001"]["score"]) == full and float(by_id[kim]["score"]) == full
-    assert float(by_id["brontebea_1002"]["score"]) == 0 and float(by_id["doejohn_1004"]["score"]) == 0
+    assert float(by_id["bbronte"]["score"]) == 0 and float(by_id["jdoe"]["score"]) == 0
     tasks = read_csv(course.root / "task_results.csv")
-    bea = [row for row in tasks if row["student_id"] == "brontebea_1002"]
+    bea = [row for row in tasks if row["student_id"] == "bbronte"]
     assert {row["submission_status"] for row in bea} == {"unattempted"}
     assert {row["status"] for row in bea if row["kind"] == "autograded"} == {"unattempted"}
-    assert "late: the platform marked it late" in bea[0]["notes"]
+    assert "late" not in bea[0]["notes"]
+    ada = [row for row in tasks if row["student_id"] == "s001"]
+    assert {row["submission_status"] for row in ada} == {"review"} and "late by 6h 30min (nbgrader)" in ada[0]["notes"]
     assert {row["submission_status"] for row in tasks if row["student_id"] == kim} == {"review"}
-    assert [row["submission_status"] for row in tasks if row["student_id"] == "doejohn_1004"] == ["nothing graded"]
+    assert [row["submission_status"] for row in tasks if row["student_id"] == "jdoe"] == ["nothing graded"]
     mapping = {row["student_id"]: row["from"] for row in read_csv(course.root / "student_ids.csv")}
     stranger = "derived, not in the roster"
     made_safe = "roster (its id 'Kim [2]' made safe)"
-    assert mapping == {"s001": "roster", kim: made_safe, "brontebea_1002": stranger, "doejohn_1004": stranger}
+    assert mapping == {"s001": "roster", kim: made_safe, "bbronte": stranger, "jdoe": stranger}
