@@ -85,6 +85,16 @@ def test_format_forces_a_shape_and_says_so(tmp_path, work_and_blank):
     assert all("not in the moodle shape" in row.note for row in forced.manifest)
     with pytest.raises(CourseError, match="unknown format 'webct'"):
         take(download.path, format="webct")
+    with pytest.raises(CourseError, match="holds no downloaded/<assignment_id>/archive/"):
+        take(download.path, format="zip_collect")
+
+
+def test_unreadable_gradescope_metadata_is_said_and_nothing_is_taken(tmp_path, work_and_blank):
+    download = build("gradescope", tmp_path / "download", *work_and_blank).path
+    (download / "assignment_123_export" / "submission_metadata.yml").write_text("submission_7001: [unclosed")
+    found = take(download, format="gradescope")
+    assert "its metadata cannot be read" in found.detected and found.submissions == []
+    assert {row.status for row in found.manifest} == {"not taken"}
 
 
 def test_times_come_from_the_platform_or_nbgrader_never_from_a_student(tmp_path, work_and_blank):

@@ -371,7 +371,10 @@ def _choose(
     student_id: str, assignment_id: str, found: list[_Candidate], *, release: NotebookNode
 ) -> tuple[Submission, list[ManifestRow]]:
     """The copy graded (see the module's rule) as a Submission, and a manifest row for each copy."""
-    answered = {c.entry.name: answered_cells(c.entry.path.read_bytes(), release=release) for c in found}
+    if len(found) == 1:
+        answered = {found[0].entry.name: 0}  # nothing to choose between
+    else:
+        answered = {c.entry.name: answered_cells(c.entry.path.read_bytes(), release=release) for c in found}
 
     def rank(candidate: _Candidate) -> tuple:
         exact = candidate.claim.file_id.rsplit("/", 1)[-1] == f"{assignment_id}.ipynb"
