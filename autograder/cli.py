@@ -38,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         "platform's students to course ids (default: ids derived from the platform's, in student_ids.csv)",
     )
     grade_parser.add_argument(
+        "--assignment",
+        metavar="ID",
+        help="the whole download is this assignment, whatever its notebooks are named "
+        "(default: read from each notebook's name, or nbgrader's folder)",
+    )
+    grade_parser.add_argument(
         "--dry-run",
         action="store_true",
         help="print what becomes of every file of the download (student, assignment, or why not taken); grade nothing",
@@ -107,7 +113,7 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
 
     roster = Roster.read(args.roster) if args.roster else None
     if args.dry_run:
-        found = survey(course, args.submissions, format=args.format, roster=roster)
+        found = survey(course, args.submissions, format=args.format, roster=roster, assignment=args.assignment)
         print(found.detected)
         print(manifest_table(found.manifest))
         print(f"\n{manifest_summary(found.manifest, limit=0)}\ndry run: nothing graded")
@@ -120,6 +126,7 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
         scheduler=args.scheduler,
         format=args.format,
         roster=roster,
+        assignment=args.assignment,
         progress=_progress,
     )
     print(grading.intake.detected)

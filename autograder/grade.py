@@ -58,12 +58,14 @@ def grade(
     scheduler: str | None = None,
     format: str | None = None,
     roster: intake.Roster | None = None,
+    assignment: str | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Grading:
     """Grade every submission in ``download`` (a folder or zip, see :mod:`autograder.intake`).
 
-    ``format`` forces the download's shape and ``roster`` maps its students
-    (see :func:`autograder.intake.opened`). The download is only read; a
+    ``format`` forces the download's shape, ``roster`` maps its students and
+    ``assignment`` names the assignment of a whole download (see
+    :func:`autograder.intake.opened`). The download is only read; a
     folder that is or lies in the course's submitted/, autograded/ or
     feedback/ is refused.
 
@@ -90,7 +92,8 @@ def grade(
         )
     env = {} if isolated else {sandbox.DISABLED_ENV: "1"}
     release = functools.cache(functools.partial(update_gradebook, course))
-    with intake.opened(download, course=course, release=release, format=format, roster=roster) as found:
+    options = {"format": format, "roster": roster, "assignment": assignment}
+    with intake.opened(download, course=course, release=release, **options) as found:
         if not found.submissions:
             raise _nothing_to_grade(download, found)
         for submission in found.submissions:
@@ -145,7 +148,12 @@ def grade(
 
 
 def survey(
-    course: Course, download: Path, *, format: str | None = None, roster: intake.Roster | None = None
+    course: Course,
+    download: Path,
+    *,
+    format: str | None = None,
+    roster: intake.Roster | None = None,
+    assignment: str | None = None,
 ) -> intake.Intake:
     """What :func:`grade` would take from ``download``, grading nothing (``grade --dry-run``).
 
@@ -164,7 +172,8 @@ def survey(
             folder = generate_assignment(course, assignment_id, release_dir=Path(scratch) / "release", db_url=db_url)
             return read_notebook(folder / f"{assignment_id}.ipynb")
 
-        with intake.opened(download, course=course, release=release, format=format, roster=roster) as found:
+        options = {"format": format, "roster": roster, "assignment": assignment}
+        with intake.opened(download, course=course, release=release, **options) as found:
             return found
 
 

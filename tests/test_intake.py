@@ -154,8 +154,19 @@ def test_near_misses_are_graded_with_a_hint_and_unknown_assignments_listed(tmp_p
     assert "did you mean 01_tensors? graded as 01_tensors" in found.submissions[0].notes[0]
     rows = {row.file: row for row in found.manifest}
     assert rows["cy/01_tensor/01_tensor.ipynb"].status == "not taken"
-    assert rows["cy/01_tensor/01_tensor.ipynb"].note == "no assignment '01_tensor': did you mean 01_tensors?"
+    assert rows["cy/01_tensor/01_tensor.ipynb"].note.startswith("no assignment '01_tensor': did you mean 01_tensors? (")
     assert "assignments are 01_tensors, 02_strides" in rows["cy/homework/notes.ipynb"].note
+
+
+
+def test_assignment_option_grades_a_whole_download_as_one_assignment(tmp_path, work_and_blank):
+    download = write(tmp_path / "download", {"doejohn_7_8_homework.ipynb": work_and_blank[0]})
+    assert take(download).submissions == []
+    (taken_one,) = take(download, assignment=ASSIGNMENT).submissions
+    assert (taken_one.student_id, taken_one.assignment_id) == ("doejohn_7", ASSIGNMENT)
+    assert taken_one.notes[0] == "named 'homework.ipynb': graded as 01_tensors (--assignment)"
+    with pytest.raises(CourseError, match="no such assignment in source/: 99_x"):
+        take(download, assignment="99_x")
 
 
 def bomb():

@@ -130,17 +130,20 @@ def opened(
     release: Callable[[str], NotebookNode],
     format: str | None = None,
     roster: Roster | None = None,
+    assignment: str | None = None,
 ) -> Iterator[Intake]:
     """Read ``download`` (folder or zip); the submissions' files stay readable until the context ends.
 
     ``release(assignment_id)`` gives the release notebook (to count answered
     cells); ``format`` forces a shape (one of :data:`FORMATS`), else it is
-    detected; ``roster`` maps platform identities to course students.
+    detected; ``roster`` maps platform identities to course students;
+    ``assignment`` says the whole download is that assignment (a platform's
+    download is per assignment), whatever the notebooks are named.
 
     Raises:
         CourseError: the path does not exist, is neither a folder nor a zip,
             or is a zip that cannot be opened safely (see :mod:`.archives`),
-            or ``format`` is unknown.
+            or ``format`` or ``assignment`` is unknown.
     """
     if not download.exists():
         raise CourseError(f"{download} does not exist")
@@ -148,12 +151,16 @@ def opened(
         raise CourseError(f"{download} is neither a folder nor a zip file")
     if format is not None and format not in FORMATS:
         raise CourseError(f"unknown format {format!r}: one of {', '.join(FORMATS)}")
+    if assignment is not None and assignment not in course.assignment_ids():
+        raise CourseError(f"no such assignment in source/: {assignment}")
     with tempfile.TemporaryDirectory(prefix="submissions-") as scratch:
         try:
             listing = list_download(download, Path(scratch))
         except Refused as refusal:
             raise CourseError(f"{download}: {refusal}") from refusal
-        yield _read(listing, download=download, course=course, release=release, format=format, roster=roster)
+        yield _read(
+            listing, download=download, course=course, release=release, format=format, roster=roster, forced=assignment
+        )
 
 
 def _read(
@@ -164,6 +171,7 @@ def _read(
     release: Callable[[str], NotebookNode],
     format: str | None,
     roster: Roster | None,
+    forced: str | None,
 ) -> Intake:
     rows = [ManifestRow(name, _opened_status(note), note=note) for name, note in listing.opened]
     ids = course.assignment_ids()
@@ -219,7 +227,9 @@ def _read(
             continue
         hint = hints.get(entry.name)
         assignment_id, naming = _resolve(claims[0].assignment_id or Path(base).stem, ids)
-        if hint and assignment_id is None:
+        if forced and assignment_id != forced:
+            assignment_id, naming = forced, f"named {base!r}: graded as {forced} (--assignment)"
+        elif hint and assignment_id is None:
             assignment_id, naming = hint, f"named {base!r} in zip_collect's {hint}/archive/: graded as {hint}"
         if assignment_id is None:
             rows.append(ManifestRow(entry.name, "not taken", who, note=naming))
@@ -354,7 +364,7 @@ def _resolve(name: str, ids: list[str]) -> tuple[str | None, str]:
             return assignment_id, f"named {name!r}: did you mean {assignment_id}? graded as {assignment_id}"
     close = difflib.get_close_matches(name, ids, n=2, cutoff=0.7)
     hint = f"did you mean {' or '.join(close)}?" if close else f"assignments are {', '.join(ids)}"
-    return None, f"no assignment {name!r}: {hint}"
+    return None, f"no assignment {name!r}: {hint} (--assignment ID grades a whole download as one)"
 
 
 @dataclass(frozen=True)
