@@ -55,3 +55,7 @@ c.GenerateFeedback.preprocessors = [
     "autograder.feedback.HideHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
+# Export: nbgrader's grades.csv columns, written with CSV quoting (autograder/report.py),
+# so a student id or name with a comma or a quote keeps its row's columns.
+c.ExportApp.plugin_class = "autograder.report.QuotedCsvExport"

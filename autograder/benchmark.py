@@ -91,15 +91,14 @@ def benchmark(
         raise CourseError("the benchmark needs at least one student")
     with tempfile.TemporaryDirectory(prefix="autograder-benchmark-") as scratch:
         download = write_download(generated_batch(course, students), Path(scratch) / "download")
-        stock = _placed(course, Path(scratch) / "stock", download, extra_config=stock_config())
-        ours = _placed(course, Path(scratch) / "ours", download)
+        stock, _ = _placed(course, Path(scratch) / "stock", download, extra_config=stock_config())
+        ours, submissions = _placed(course, Path(scratch) / "ours", download)
         progress(f"stock nbgrader autograde of {students} students x {len(course.assignment_ids())} notebooks")
         started = time.monotonic()
         _autograde(stock, env={})
         stock_seconds = time.monotonic() - started
         progress("ours: the batch, then nbgrader autograde")
         started = time.monotonic()
-        submissions = intake.find_submissions(download, assignment_ids=course.assignment_ids()).submissions
         batch.execute(ours, submissions, isolated=isolated, workers=workers, progress=progress)
         _autograde(ours, env={} if isolated else {sandbox.DISABLED_ENV: "1"})
         ours_seconds = time.monotonic() - started
@@ -141,16 +140,20 @@ def scores(course: Course) -> dict[tuple[str, str, str], float]:
     return found
 
 
-def _placed(course: Course, root: Path, download: Path, *, extra_config: str = "") -> Course:
-    """A scratch course at ``root`` with the download placed in submitted/ and its gradebook set up."""
+def _placed(
+    course: Course, root: Path, download: Path, *, extra_config: str = ""
+) -> tuple[Course, list[intake.Submission]]:
+    """A scratch course at ``root`` with the download placed in submitted/ and its gradebook set up, and what
+    was placed."""
     scratch = copy_course(course, root)
     if extra_config:
         with (scratch.root / "nbgrader_config.py").open("a") as config:
             config.write(extra_config)
     releases = {assignment_id: update_gradebook(scratch, assignment_id) for assignment_id in scratch.assignment_ids()}
-    for submission in intake.find_submissions(download, assignment_ids=scratch.assignment_ids()).submissions:
-        intake.place(scratch, submission, release=releases[submission.assignment_id])
-    return scratch
+    with intake.opened(download, course=scratch, release=releases.__getitem__) as found:
+        for submission in found.submissions:
+            intake.place(scratch, submission, release=releases[submission.assignment_id])
+    return scratch, found.submissions
 
 
 def _autograde(course: Course, *, env: dict[str, str]) -> None:

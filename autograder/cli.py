@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .course import ROOT, Course, CourseError
+from .intake.shapes import FORMATS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +21,32 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("check", help="list what is stale or inconsistent; exit 1 if anything is")
     grade_parser = commands.add_parser("grade", help="grade a download of submissions with nbgrader")
     grade_parser.add_argument(
-        "submissions", type=Path, help="folder or zip: <student_id>/<assignment_id>/<notebook>.ipynb"
+        "submissions",
+        type=Path,
+        help="folder or zip as downloaded: Canvas, Moodle, Blackboard, Gradescope, nbgrader "
+        "(<student_id>/<assignment_id>/<notebook>.ipynb) or zip_collect's downloaded/<assignment_id>/archive/",
+    )
+    grade_parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="the download's shape (default: detected from its file names, and said)",
+    )
+    grade_parser.add_argument(
+        "--roster",
+        type=Path,
+        help="CSV with student_id and platform_id, name or email (and first_name, last_name): maps the "
+        "platform's students to course ids (default: ids derived from the platform's, in student_ids.csv)",
+    )
+    grade_parser.add_argument(
+        "--assignment",
+        metavar="ID",
+        help="the whole download is this assignment, whatever its notebooks are named "
+        "(default: read from each notebook's name, or nbgrader's folder)",
+    )
+    grade_parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what becomes of every file of the download (student, assignment, or why not taken); grade nothing",
     )
     demo_parser = commands.add_parser("demo", help="grade the bundled sample submissions in a scratch course directory")
     demo_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
@@ -81,19 +107,31 @@ def _check(course: Course, args: argparse.Namespace) -> int:
 
 
 def _grade(course: Course, args: argparse.Namespace) -> int:
-    from .grade import grade
+    from .grade import grade, survey
+    from .intake import Roster, manifest_summary, manifest_table
     from .report import table
 
+    roster = Roster.read(args.roster) if args.roster else None
+    if args.dry_run:
+        found = survey(course, args.submissions, format=args.format, roster=roster, assignment=args.assignment)
+        print(found.detected)
+        print(manifest_table(found.manifest))
+        print(f"\n{manifest_summary(found.manifest, limit=0)}\ndry run: nothing graded")
+        return 0
     grading = grade(
         course,
         args.submissions,
         isolated=args.isolated,
         workers=args.workers,
         scheduler=args.scheduler,
+        format=args.format,
+        roster=roster,
+        assignment=args.assignment,
         progress=_progress,
     )
-    for ignored in grading.ignored:
-        print(f"ignored: {ignored}")
+    print(grading.intake.detected)
+    print(manifest_summary(grading.intake.manifest))
+    print()
     print(table(grading.results))
     not_graded = [r.student_id for r in grading.results if r.status == "not graded"]
     if not_graded:
@@ -101,7 +139,10 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
             f"\n{len(not_graded)} submission(s) not graded ({', '.join(not_graded)}): grades.csv shows them as 0; "
             "task_results.csv says why"
         )
-    print(f"\ngrades: {grading.grades_csv}\nper task: {grading.task_results_csv}\nfeedback: {grading.feedback}/")
+    print(
+        f"\ngrades: {grading.grades_csv}\nper task: {grading.task_results_csv}\nfeedback: {grading.feedback}/"
+        f"\nmanifest (every file of the download): {grading.manifest_csv}\nstudent ids: {grading.student_ids_csv}"
+    )
     return 0
 
 

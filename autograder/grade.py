@@ -1,22 +1,28 @@
 """Stage ``grade``: a download of submissions through nbgrader's real pipeline.
 
 ``nbgrader generate_assignment`` into a scratch release folder (keeps the
-gradebook's grade cells in step with source/) -> intake (each notebook
-validated and normalised to that release, in submitted/; see
-:mod:`autograder.structure`) -> the batch (every notebook executed
+gradebook's grade cells in step with source/) -> intake (the download's shape
+read, every file in the manifest, each student mapped to a course id, each
+chosen notebook validated and normalised to that release, in submitted/; see
+:mod:`autograder.intake` and :mod:`autograder.structure`) -> every student of
+the download in the gradebook -> the batch (every notebook executed
 concurrently, :mod:`autograder.batch`) -> ``nbgrader autograde`` (takes the
 batch's outputs) -> ``nbgrader generate_feedback`` -> ``nbgrader export``
-(grades.csv) -> per-task results (task_results.csv) from the gradebook.
+(grades.csv, quoted by :class:`autograder.report.QuotedCsvExport`) -> per-task
+results (task_results.csv) from the gradebook. The manifest (manifest.csv) and
+the student ids (student_ids.csv) are written beside them.
 """
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from nbgrader.api import Gradebook
 
 from . import batch, intake, report, sandbox
 from .course import Course, CourseError, generate_assignment, nbgrader_failure, read_notebook, run_nbgrader
@@ -34,7 +40,9 @@ class Grading:
     """What a grading run produced."""
 
     results: list[report.SubmissionResult]
-    ignored: list[str]
+    intake: intake.Intake
+    manifest_csv: Path
+    student_ids_csv: Path
     grades_csv: Path
     task_results_csv: Path
     feedback: Path
@@ -48,9 +56,18 @@ def grade(
     isolated: bool = True,
     workers: int | None = None,
     scheduler: str | None = None,
+    format: str | None = None,
+    roster: intake.Roster | None = None,
+    assignment: str | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Grading:
     """Grade every submission in ``download`` (a folder or zip, see :mod:`autograder.intake`).
+
+    ``format`` forces the download's shape, ``roster`` maps its students and
+    ``assignment`` names the assignment of a whole download (see
+    :func:`autograder.intake.opened`). The download is only read; a
+    folder that is or lies in the course's submitted/, autograded/ or
+    feedback/ is refused.
 
     Students' failures are results, not errors: a submission nbgrader cannot
     grade is reported with status ``not graded`` and the batch goes on.
@@ -61,30 +78,30 @@ def grade(
 
     Raises:
         CourseError: grading itself cannot run: the sandbox is unavailable
-            (and not opted out of), no such download, nothing gradable in it,
+            (and not opted out of), no such download, a course folder given as
+            the download, nothing gradable in it,
             or nbgrader cannot set up the assignment, fails other than on
             single submissions, or cannot export.
         ValueError, OSError: no Dask scheduler at ``scheduler``.
     """
+    intake.refuse_course_folders(course, download)
     if isolated and (reason := sandbox.problem()):
         raise CourseError(
             f"{reason}.\nGrading runs every student's kernel in a sandbox. To grade without isolation "
             "(students' code then runs with your rights and can read the hidden tests), pass --no-sandbox."
         )
     env = {} if isolated else {sandbox.DISABLED_ENV: "1"}
-    assignment_ids = course.assignment_ids()
-    with intake.opened(download) as folder:
-        found = intake.find_submissions(folder, assignment_ids=assignment_ids)
+    release = functools.cache(functools.partial(update_gradebook, course))
+    options = {"format": format, "roster": roster, "assignment": assignment}
+    with intake.opened(download, course=course, release=release, **options) as found:
         if not found.submissions:
-            problems = "\n  ".join(found.ignored[:10]) or "(no notebooks at all)"
-            raise CourseError(
-                f"no submissions in {download}: expected <student_id>/<assignment_id>/<notebook>.ipynb "
-                f"with assignment ids {', '.join(assignment_ids)}\n  {problems}"
-            )
-        assignments = sorted({s.assignment_id for s in found.submissions})
-        releases = {assignment_id: update_gradebook(course, assignment_id) for assignment_id in assignments}
+            raise _nothing_to_grade(download, found)
         for submission in found.submissions:
-            intake.place(course, submission, release=releases[submission.assignment_id])
+            intake.place(course, submission, release=release(submission.assignment_id))
+    manifest_csv, student_ids_csv = course.root / "manifest.csv", course.root / "student_ids.csv"
+    intake.write_manifest(found.manifest, manifest_csv)
+    intake.write_mapping(found.mappings, student_ids_csv)
+    _enrol(course, found)
 
     executed = batch.execute(
         course, found.submissions, isolated=isolated, workers=workers, scheduler=scheduler, progress=progress
@@ -104,6 +121,12 @@ def grade(
         raise nbgrader_failure(export, "nbgrader export")
 
     results = report.collect(course, found.submissions)
+    graded = {result.student_id for result in results}
+    results += [
+        report.SubmissionResult(m.student.student_id, "-", "nothing graded", ["no notebook taken: see manifest.csv"])
+        for m in _unique_students(found)
+        if m.student.student_id not in graded
+    ]
     for result in results:
         if result.status == "not graded":
             submitted = course.root / "submitted" / result.student_id / result.assignment_id
@@ -114,12 +137,65 @@ def grade(
     report.write_task_results(results, task_results_csv)
     return Grading(
         results=results,
-        ignored=found.ignored,
+        intake=found,
+        manifest_csv=manifest_csv,
+        student_ids_csv=student_ids_csv,
         grades_csv=grades_csv,
         task_results_csv=task_results_csv,
         feedback=course.root / "feedback",
         batch=executed,
     )
+
+
+def survey(
+    course: Course,
+    download: Path,
+    *,
+    format: str | None = None,
+    roster: intake.Roster | None = None,
+    assignment: str | None = None,
+) -> intake.Intake:
+    """What :func:`grade` would take from ``download``, grading nothing (``grade --dry-run``).
+
+    Release notebooks are generated into a scratch folder with a scratch
+    gradebook: the course's gradebook, submitted/ and results are not touched.
+
+    Raises:
+        CourseError: as :func:`grade` before it grades (no such download, a course folder, nbgrader refused).
+    """
+    intake.refuse_course_folders(course, download)
+    with tempfile.TemporaryDirectory(prefix="survey-") as scratch:
+
+        @functools.cache
+        def release(assignment_id: str) -> nbformat.NotebookNode:
+            db_url = f"sqlite:///{Path(scratch) / 'gradebook.db'}"
+            folder = generate_assignment(course, assignment_id, release_dir=Path(scratch) / "release", db_url=db_url)
+            return read_notebook(folder / f"{assignment_id}.ipynb")
+
+        options = {"format": format, "roster": roster, "assignment": assignment}
+        with intake.opened(download, course=course, release=release, **options) as found:
+            return found
+
+
+def _nothing_to_grade(download: Path, found: intake.Intake) -> CourseError:
+    problems = "\n  ".join(f"{row.file}: {row.note}" for row in found.manifest[:10]) or "(no files at all)"
+    return CourseError(f"no submissions in {download} ({found.detected})\n  {problems}")
+
+
+def _unique_students(found: intake.Intake) -> list[intake.roster.Mapping]:
+    seen: dict[str, intake.roster.Mapping] = {}
+    for mapping in found.mappings:
+        seen.setdefault(mapping.student.student_id, mapping)
+    return list(seen.values())
+
+
+def _enrol(course: Course, found: intake.Intake) -> None:
+    """Every student of the download in the gradebook (with the roster's names), so each has a row in grades.csv."""
+    with Gradebook(course.db_url) as gradebook:
+        for mapping in _unique_students(found):
+            student = mapping.student
+            names = {"first_name": student.first_name, "last_name": student.last_name, "email": student.email}
+            gradebook.update_or_create_student(student.student_id, **{k: v for k, v in names.items() if v})
 
 
 def update_gradebook(course: Course, assignment_id: str) -> nbformat.NotebookNode:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.api import Grade, Gradebook, MissingEntry
+from nbgrader.plugins import ExportPlugin
 
-from .course import Course, grade_id, is_autograder_tests, is_grade, read_notebook
+from .course import Course, grade_id, is_autograder_tests, is_grade, is_solution, read_notebook
 from .execute import KERNEL_DIED, NOT_RUN, TIMEOUT
 from .intake import Submission
 
@@ -28,18 +29,21 @@ class TaskResult:
     """True for autograder-tests cells, False for answers an instructor grades by hand."""
     needs_manual_grade: bool
     status: str
-    """``ok`` (full marks), ``failed``, ``timeout``, ``kernel died``, ``not run`` (the kernel could not be
-    brought back), ``invalid notebook`` (the submission was unreadable), or for a manually graded answer
-    ``manual grade pending``, ``graded by hand`` or ``unanswered`` (left as released: nbgrader scores it 0)."""
+    """``ok`` (full marks), ``failed``, ``unattempted`` (the solution cells it checks left as released),
+    ``timeout``, ``kernel died``, ``not run`` (the kernel could not be brought back), ``invalid notebook``
+    (the submission was unreadable), or for a manually graded answer ``manual grade pending``,
+    ``graded by hand`` or ``unanswered`` (left as released: nbgrader scores it 0)."""
 
 
 @dataclass
 class SubmissionResult:
     """One (student, assignment) of a batch.
 
-    ``status`` is ``not graded`` when nbgrader could not grade it, else the
-    intake status (``ok``, ``repaired``, ``invalid notebook``); ``notes`` say
-    why, and what intake changed.
+    ``status`` is ``not graded`` when nbgrader could not grade it, ``nothing
+    graded`` for a student of the download none of whose files was taken, else
+    the intake status (``ok``, ``repaired``, ``unattempted``, ``review``,
+    ``invalid notebook``); ``notes`` say why, what intake changed, and how late
+    it was where the gradebook knows the assignment's due date.
     """
 
     student_id: str
@@ -69,6 +73,7 @@ def collect(course: Course, submissions: list[Submission]) -> list[SubmissionRes
     notebook) comes from source/, never from the student's copy.
     """
     grade_cells: dict[str, dict[str, nbformat.NotebookNode]] = {}
+    answers_of: dict[str, dict[str, set[str]]] = {}
     results = []
     with Gradebook(course.db_url) as gradebook:
         for submission in submissions:
@@ -85,6 +90,9 @@ def collect(course: Course, submissions: list[Submission]) -> list[SubmissionRes
             if assignment_id not in grade_cells:
                 source = read_notebook(course.source_notebook(assignment_id))
                 grade_cells[assignment_id] = {grade_id(cell): cell for cell in source.cells if is_grade(cell)}
+                answers_of[assignment_id] = _answers_tested(source)
+            if notebook.assignment.total_seconds_late > 0:
+                result.notes.append(f"late by {_duration(notebook.assignment.total_seconds_late)} (nbgrader)")
             cells = grade_cells[assignment_id]
             order = list(cells)
             grades = sorted(notebook.grades, key=lambda g: order.index(g.name) if g.name in order else len(order))
@@ -101,7 +109,14 @@ def collect(course: Course, submissions: list[Submission]) -> list[SubmissionRes
                     max_score=float(grade.max_score),
                     autograded=grade.name in cells and is_autograder_tests(cells[grade.name]),
                     needs_manual_grade=bool(grade.needs_manual_grade),
-                    status=_task_status(grade, cells.get(grade.name), errors.get(grade.name, set()), submission.status),
+                    status=_task_status(
+                        grade,
+                        cells.get(grade.name),
+                        errors.get(grade.name, set()),
+                        submission.status,
+                        unattempted=bool(answers_of[assignment_id].get(grade.name))
+                        and answers_of[assignment_id][grade.name] <= submission.unanswered,
+                    ),
                 )
                 for grade in grades
             ]
@@ -109,8 +124,40 @@ def collect(course: Course, submissions: list[Submission]) -> list[SubmissionRes
     return results
 
 
-def _task_status(grade: Grade, source_cell: nbformat.NotebookNode | None, enames: set, submission_status: str) -> str:
-    """What happened to one grade cell (see :attr:`TaskResult.status`), from its grade and error outputs."""
+def _answers_tested(source: nbformat.NotebookNode) -> dict[str, set[str]]:
+    """Test cell grade_id -> the solution cells it checks: those since the previous test cell.
+
+    A test cell right after another one (the knowledge check's questions) checks the same solution cells.
+    """
+    found, pending, previous = {}, set(), set()
+    for cell in source.cells:
+        if is_solution(cell):
+            pending.add(grade_id(cell))
+        elif is_autograder_tests(cell):
+            previous = found[grade_id(cell)] = pending or previous
+            pending = set()
+    return found
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    days, minutes = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(minutes, 60)
+    return " ".join(f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "min")) if n) or "under a minute"
+
+
+def _task_status(
+    grade: Grade,
+    source_cell: nbformat.NotebookNode | None,
+    enames: set,
+    submission_status: str,
+    *,
+    unattempted: bool,
+) -> str:
+    """What happened to one grade cell (see :attr:`TaskResult.status`), from its grade and error outputs.
+
+    ``unattempted``: every solution cell the test checks was left as released.
+    """
     if source_cell is None or not is_autograder_tests(source_cell):
         if grade.needs_manual_grade:
             return "manual grade pending"
@@ -119,6 +166,8 @@ def _task_status(grade: Grade, source_cell: nbformat.NotebookNode | None, enames
         return "ok"
     if submission_status == "invalid notebook":
         return "invalid notebook"
+    if unattempted:
+        return "unattempted"
     return next((status for ename, status in TASK_STATUSES.items() if ename in enames), "failed")
 
 
@@ -207,3 +256,70 @@ def columns(headers: list[str], rows: list[list[str]]) -> str:
     lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [headers, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+GRADES_COLUMNS = [
+    "assignment",
+    "duedate",
+    "timestamp",
+    "student_id",
+    "last_name",
+    "first_name",
+    "email",
+    "raw_score",
+    "late_submission_penalty",
+    "score",
+    "max_score",
+]
+"""nbgrader's grades.csv columns (``nbgrader.plugins.export.CsvExportPlugin``), in its order."""
+
+
+class QuotedCsvExport(ExportPlugin):
+    """``nbgrader export`` to CSV: nbgrader's columns and rows, written by :mod:`csv` so that any id is quoted.
+
+    nbgrader's own CsvExportPlugin joins the fields with commas unquoted, so a
+    student id or name holding a comma or a quote shifts that row's columns.
+    Configured in nbgrader_config.py (``c.ExportApp.plugin_class``). One row per
+    (assignment, student) of the gradebook; a student without a submission
+    gets an empty timestamp and 0, as nbgrader's plugin does. ``--to`` as
+    nbgrader's (default ``grades.csv``); ``--student``/``--assignment`` filter.
+    """
+
+    def export(self, gradebook: Gradebook) -> None:
+        students = {str(s) for s in self.student}
+        assignments = {str(a) for a in self.assignment}
+        with open(self.to or "grades.csv", "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=GRADES_COLUMNS)
+            writer.writeheader()
+            for assignment in gradebook.assignments:
+                if assignments and assignment.name not in assignments:
+                    continue
+                for student in gradebook.students:
+                    if students and student.id not in students:
+                        continue
+                    row = {
+                        "assignment": assignment.name,
+                        "duedate": assignment.duedate,
+                        "student_id": student.id,
+                        "last_name": student.last_name,
+                        "first_name": student.first_name,
+                        "email": student.email,
+                        "max_score": assignment.max_score,
+                        "timestamp": "",
+                        "raw_score": 0.0,
+                        "late_submission_penalty": 0.0,
+                        "score": 0.0,
+                    }
+                    try:
+                        submission = gradebook.find_submission(assignment.name, student.id)
+                    except MissingEntry:
+                        pass
+                    else:
+                        penalty = submission.late_submission_penalty
+                        row |= {
+                            "timestamp": submission.timestamp,
+                            "raw_score": submission.score,
+                            "late_submission_penalty": penalty,
+                            "score": max(0.0, submission.score - penalty),
+                        }
+                    writer.writerow({key: "" if value is None else str(value) for key, value in row.items()})

@@ -69,7 +69,8 @@ class Sample:
     expected: dict[str, float]
     """grade_id -> expected score (manually graded answers: 0 until an instructor grades them)."""
     expected_status: str = "ok"
-    """Hostile submissions touch the grading machinery, so grading must flag them ``review``."""
+    """Hostile submissions touch the grading machinery, so grading must flag them ``review``; the unchanged
+    release is ``unattempted``."""
     expected_task_status: dict[str, str] = field(default_factory=dict)
     """grade_id -> the task status grading must report (only the cells a kernel stopper names)."""
 
@@ -97,7 +98,7 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
     manual = {grade_id(c): 0.0 for c in source.cells if is_grade(c) and is_solution(c)}
     found = [
         Sample("reference", assignment_id, reference, {**points, **manual}),
-        Sample("unchanged_release", assignment_id, release, {**{k: 0.0 for k in points}, **manual}),
+        Sample("unchanged_release", assignment_id, release, {**{k: 0.0 for k in points}, **manual}, "unattempted"),
     ]
     for kind, variant in variants(assignment_id):
         what = f"{kind} {variant['name']!r} of {assignment_id}"

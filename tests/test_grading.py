@@ -103,7 +103,9 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
 
     process = cli("--course", str(course_copy.root), "grade", str(download))
     assert process.returncode == 0, process.stderr
-    rows = {line.split()[0]: line for line in process.stdout.splitlines()[2:6]}
+    lines = process.stdout.splitlines()
+    header = next(n for n, line in enumerate(lines) if line.startswith("student "))
+    rows = {line.split()[0]: line for line in lines[header + 2 : header + 6]}
     assert rows["ada"].split()[2] == f"{reference.expected_total:g}/{max_score:g}"
     assert rows["bea"].split()[2] == f"0/{max_score:g}"
     assert "invalid notebook" in rows["bea"] and "not a readable notebook: the file is not valid JSON" in rows["bea"]

@@ -1,100 +1,308 @@
-"""Reading an LMS download: folders, zips, wrappers, strays and hostile zip members."""
+"""Intake: the downloads platforms produce, every file accounted for, nothing changed, nothing lost."""
 
+import csv
+import functools
+import io
 import zipfile
+from datetime import datetime, timezone
 
-import nbformat
 import pytest
+from downloads import ASSIGNMENT, SHAPES, build, hashes, notebooks, write, zip_bytes, zipped
+from autograder.course import ROOT, Course, CourseError, copy_course, read_notebook, run_nbgrader
+from autograder.intake import opened, place, refuse_course_folders
+from autograder.intake.archives import MAX_RATIO
+from autograder.intake.roster import Roster, map_student, safe_id, write_mapping
+from autograder.report import GRADES_COLUMNS
+from autograder.samples import samples
 
-from autograder.course import ROOT, Course, CourseError, read_notebook
-from autograder.intake import find_submissions, opened, place
-
-IDS = ["01_tensors", "02_strides"]
-
-
-def make_download(root, files):
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
+COURSE = Course(ROOT)
 
 
-def test_finds_students_at_any_depth_and_reports_strays(tmp_path):
-    download = make_download(
-        tmp_path,
-        {
-            "export-2026/alice/01_tensors/01_tensors.ipynb": "{}",
-            "export-2026/alice/01_tensors/data.csv": "1,2",
-            "export-2026/bob/02_strides/02_strides.ipynb": "{}",
-            "export-2026/bob/02_strides/.ipynb_checkpoints/02_strides-checkpoint.ipynb": "{}",
-            "export-2026/carol/homework/01_tensors.ipynb": "{}",
-            "stray.ipynb": "{}",
-        },
-    )
-    found = find_submissions(download, assignment_ids=IDS)
-    assert [(s.student_id, s.assignment_id) for s in found.submissions] == [
-        ("alice", "01_tensors"),
-        ("bob", "02_strides"),
-    ]
-    assert len(found.ignored) == 2
-    assert any("carol/homework" in line for line in found.ignored)
+@functools.cache
+def release(assignment_id):
+    return read_notebook(ROOT / "release" / assignment_id / f"{assignment_id}.ipynb")
 
 
-def test_zip_is_extracted_and_escaping_members_refused(tmp_path):
-    archive = tmp_path / "download.zip"
-    with zipfile.ZipFile(archive, "w") as handle:
-        handle.writestr("alice/01_tensors/01_tensors.ipynb", "{}")
-    with opened(archive) as folder:
-        assert [s.student_id for s in find_submissions(folder, assignment_ids=IDS).submissions] == ["alice"]
-    hostile = tmp_path / "hostile.zip"
-    with zipfile.ZipFile(hostile, "w") as handle:
-        handle.writestr("../../evil/01_tensors/01_tensors.ipynb", "{}")
-    with pytest.raises(CourseError, match="outside its folder"):
-        with opened(hostile):
-            pass
-    (tmp_path / "notes.txt").write_text("hi")
-    with pytest.raises(CourseError, match="neither a folder nor a zip"):
-        with opened(tmp_path / "notes.txt"):
-            pass
-    with pytest.raises(CourseError, match="does not exist"):
-        with opened(tmp_path / "missing"):
-            pass
+@pytest.fixture(scope="module")
+def work_and_blank():
+    """(reference solution, unchanged release) of 01_tensors as notebook text."""
+    return notebooks(COURSE)
 
 
-def test_place_takes_a_lone_misnamed_notebook_drops_other_files_and_clears_old_results(tmp_path):
-    course = Course(tmp_path / "course")
-    release = read_notebook(ROOT / "release" / "01_tensors" / "01_tensors.ipynb")
-    download = make_download(
+def take(download, **options):
+    with opened(download, course=COURSE, release=release, **options) as found:
+        return found
+
+
+def taken(folder, files):
+    """What intake takes from a download of ``files`` (name -> content) written at ``folder``."""
+    return take(write(folder, files))
+
+
+def files_in(download):
+    """What the manifest must list: every file, a zip's members as ``zip!member`` (the download's own zip: members)."""
+    if download.is_file():
+        return sorted(members(download.read_bytes(), prefix=""))
+    found = []
+    for path in sorted(p for p in download.rglob("*") if p.is_file()):
+        name = path.relative_to(download).as_posix()
+        found.append(name)
+        if path.suffix == ".zip":
+            found += members(path.read_bytes(), prefix=f"{name}!")
+    return sorted(found)
+
+
+def members(data, *, prefix):
+    found = []
+    with zipfile.ZipFile(io.BytesIO(data)) as handle:
+        for member in handle.namelist():
+            if not member.endswith("/"):
+                found.append(f"{prefix}{member}")
+                if member.endswith(".zip"):
+                    found += members(handle.read(member), prefix=f"{prefix}{member}!")
+    return found
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["folder", "zip"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_each_shape_maps_every_student_and_lists_every_file_once(tmp_path, shape, packed, work_and_blank):
+    download = build(shape, tmp_path / "download", *work_and_blank)
+    path = zipped(download.path, tmp_path / "download.zip") if packed else download.path
+    before = hashes(path)
+    found = take(path)
+    assert found.format == download.format and download.format.split()[0] in found.detected
+    assert {s.student_id: s.source for s in found.submissions} == download.expected
+    assert {s.assignment_id for s in found.submissions} == {ASSIGNMENT}
+    assert [row.file for row in found.manifest] == files_in(path)
+    assert hashes(path) == before
+
+
+def test_format_forces_a_shape_and_says_so(tmp_path, work_and_blank):
+    download = build("canvas", tmp_path / "download", *work_and_blank)
+    forced = take(download.path, format="moodle")
+    assert forced.detected == "format: moodle (as --format says)" and forced.submissions == []
+    assert {row.status for row in forced.manifest} == {"not taken"}
+    assert all("not in the moodle shape" in row.note for row in forced.manifest)
+    with pytest.raises(CourseError, match="unknown format 'webct'"):
+        take(download.path, format="webct")
+    with pytest.raises(CourseError, match="holds no downloaded/<assignment_id>/archive/"):
+        take(download.path, format="zip_collect")
+
+
+def test_unreadable_gradescope_metadata_is_said_and_nothing_is_taken(tmp_path, work_and_blank):
+    download = build("gradescope", tmp_path / "download", *work_and_blank).path
+    (download / "assignment_123_export" / "submission_metadata.yml").write_text("submission_7001: [unclosed")
+    found = take(download, format="gradescope")
+    assert "its metadata cannot be read" in found.detected and found.submissions == []
+    assert {row.status for row in found.manifest} == {"not taken"}
+
+
+def test_times_come_from_the_platform_or_nbgrader_never_from_a_student(tmp_path, work_and_blank):
+    blackboard = take(build("blackboard", tmp_path / "bb", *work_and_blank).path)
+    ada = next(s for s in blackboard.submissions if s.student_id == "alovelace")
+    assert ada.timestamp == datetime(2026, 11, 30, 18, 30, tzinfo=timezone.utc)
+    assert ada.review and "2 copies handed in" in ada.notes[0]
+    receipts = [row for row in blackboard.manifest if row.file.endswith(".txt")]
+    assert len(receipts) == 3 and {row.status for row in receipts} == {"platform metadata"}
+
+    gradescope = take(build("gradescope", tmp_path / "gs", *work_and_blank).path)
+    times = {s.student_id: s.timestamp for s in gradescope.submissions}
+    assert times["1001"] == datetime(2026, 11, 30, 18, 15, tzinfo=timezone.utc)  # 10:15 at -08:00
+
+    nbgrader = take(build("nbgrader", tmp_path / "nb", *work_and_blank).path)
+    assert {s.student_id: s.timestamp for s in nbgrader.submissions} == {
+        "ada": datetime(2026, 11, 30, 10, tzinfo=timezone.utc),
+        "bea": None,
+    }
+
+    canvas = take(build("canvas", tmp_path / "canvas", *work_and_blank).path)
+    late = {s.student_id: s for s in canvas.submissions}["brontebea_1002"]
+    assert late.timestamp is None and "late: the platform marked it late" in late.notes[-1]
+
+    moodle = take(build("moodle", tmp_path / "moodle", *work_and_blank).path)
+    assert all(s.timestamp is None for s in moodle.submissions)
+    planted = next(row for row in moodle.manifest if row.file.endswith("timestamp.txt"))
+    assert planted.status == "not taken" and "not trusted" in planted.note
+
+
+def test_copies_grade_the_latest_then_the_most_answered_and_ask_for_review(tmp_path, work_and_blank):
+    work, blank = work_and_blank
+    copies = {
+        "section1/ada/01_tensors/01_tensors.ipynb": blank,
+        "section2/ada/01_tensors/01_tensors.ipynb": work,
+        "cy/01_tensors/01_tensors.ipynb": blank,
+        "cy/01_tensors/01_tensors_final.ipynb": work,
+    }
+    found = taken(tmp_path / "download", copies)
+    chosen = {s.student_id: s for s in found.submissions}
+    assert chosen["ada"].source == "section2/ada/01_tensors/01_tensors.ipynb"
+    assert chosen["cy"].source == "cy/01_tensors/01_tensors_final.ipynb"
+    assert all(s.review for s in found.submissions)
+    status = {row.file: row.status for row in found.manifest}
+    assert status["section1/ada/01_tensors/01_tensors.ipynb"] == "copy not graded"
+    assert status["cy/01_tensors/01_tensors.ipynb"] == "copy not graded"
+    placed = place(Course(tmp_path / "course"), chosen["cy"], release=release(ASSIGNMENT))
+    assert chosen["cy"].status == "review"
+    assert "not graded: cy/01_tensors/01_tensors.ipynb" in chosen["cy"].notes[-1]
+    assert (placed / "01_tensors.ipynb").read_text() != blank
+
+
+def test_near_misses_are_graded_with_a_hint_and_unknown_assignments_listed(tmp_path, work_and_blank):
+    names = ["ada/01_Tensors/01_tensors.ipynb", "bea/01_tensors/01_tensors (1).ipynb", "cy/01_tensor/01_tensor.ipynb"]
+    found = taken(tmp_path / "download", dict.fromkeys([*names, "cy/homework/notes.ipynb"], work_and_blank[0]))
+    assert [(s.student_id, s.assignment_id) for s in found.submissions] == [("ada", ASSIGNMENT), ("bea", ASSIGNMENT)]
+    assert "did you mean 01_tensors? graded as 01_tensors" in found.submissions[0].notes[0]
+    rows = {row.file: row for row in found.manifest}
+    assert rows["cy/01_tensor/01_tensor.ipynb"].status == "not taken"
+    assert rows["cy/01_tensor/01_tensor.ipynb"].note.startswith("no assignment '01_tensor': did you mean 01_tensors? (")
+    assert "assignments are 01_tensors, 02_strides" in rows["cy/homework/notes.ipynb"].note
+
+
+
+def test_assignment_option_grades_a_whole_download_as_one_assignment(tmp_path, work_and_blank):
+    download = write(tmp_path / "download", {"doejohn_7_8_homework.ipynb": work_and_blank[0]})
+    assert take(download).submissions == []
+    (taken_one,) = take(download, assignment=ASSIGNMENT).submissions
+    assert (taken_one.student_id, taken_one.assignment_id) == ("doejohn_7", ASSIGNMENT)
+    assert taken_one.notes[0] == "named 'homework.ipynb': graded as 01_tensors (--assignment)"
+    with pytest.raises(CourseError, match="no such assignment in source/: 99_x"):
+        take(download, assignment="99_x")
+
+
+def bomb():
+    """A zip whose one member expands far past MAX_RATIO times its compressed size."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as handle:
+        handle.writestr("01_tensors.ipynb", b" " * (MAX_RATIO * 4 * 1024 * 10))
+    return buffer.getvalue()
+
+
+def test_archives_inside_are_opened_within_bounds_and_a_bad_one_does_not_stop_the_batch(tmp_path, work_and_blank):
+    work, _ = work_and_blank
+    nested = zip_bytes({"01_tensors.ipynb": work})
+    for _ in range(3):
+        nested = zip_bytes({"deeper.zip": nested})
+    download = write(
         tmp_path / "download",
         {
-            "alice/01_tensors/01_tensors (1).ipynb": nbformat.writes(release),
+            "ada/01_tensors/work.zip": zip_bytes({"work/01_tensors.ipynb": work}),
+            "bea/01_tensors/bomb.zip": bomb(),
+            "cy/01_tensors/escape.zip": zip_bytes({"../../../cy/01_tensors/01_tensors.ipynb": work}),
+            "dee/01_tensors/nested.zip": nested,
+            "lovelaceada_1001_5001_work.zip": zip_bytes({"01_tensors.ipynb": work}),
+        },
+    )
+    before = hashes(download)
+    found = take(download)
+    graded = [(s.student_id, s.source) for s in found.submissions]
+    assert graded == [("ada", "ada/01_tensors/work.zip!work/01_tensors.ipynb")]
+    rows = {row.file: row for row in found.manifest}
+    assert rows["ada/01_tensors/work.zip"].status == "archive opened"
+    assert rows["bea/01_tensors/bomb.zip"].status == "refused" and "zip bomb" in rows["bea/01_tensors/bomb.zip"].note
+    assert "outside its folder" in rows["cy/01_tensors/escape.zip"].note
+    too_deep = rows["dee/01_tensors/nested.zip!deeper.zip!deeper.zip!deeper.zip"]
+    assert too_deep.status == "refused" and "nested more than 3 deep" in too_deep.note
+    assert rows["dee/01_tensors/nested.zip!deeper.zip!deeper.zip"].status == "archive opened"
+    assert hashes(download) == before
+    # In a flat platform shape, the archive's own name says whose its members are.
+    canvas = take(download, format="canvas")
+    assert [(s.student_id, s.source) for s in canvas.submissions] == [
+        ("lovelaceada_1001", "lovelaceada_1001_5001_work.zip!01_tensors.ipynb")
+    ]
+
+
+def test_a_hostile_or_unreadable_download_is_refused_with_a_message(tmp_path):
+    hostile = tmp_path / "hostile.zip"
+    hostile.write_bytes(zip_bytes({"../../evil/01_tensors/01_tensors.ipynb": "{}"}))
+    with pytest.raises(CourseError, match="outside its folder"):
+        take(hostile)
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(CourseError, match="neither a folder nor a zip"):
+        take(tmp_path / "notes.txt")
+    with pytest.raises(CourseError, match="does not exist"):
+        take(tmp_path / "missing")
+
+
+def test_the_course_own_folders_are_refused_as_a_download(tmp_path, cli, work_and_blank):
+    """``nbgrader zip_collect`` then ``grade submitted/`` replaced every notebook there with the blank release."""
+    course = copy_course(COURSE, tmp_path / "course")
+    submitted = write(
+        course.root / "submitted",
+        {"ada/01_tensors/01_tensors.ipynb": work_and_blank[0], "ada/01_tensors/timestamp.txt": "2026-11-30 10:00 UTC"},
+    )
+    before = hashes(submitted)
+    process = cli("--course", str(course.root), "grade", str(submitted))
+    assert process.returncode == 2 and "is the course's own submitted/ folder" in process.stderr
+    assert hashes(submitted) == before
+    (course.root / "autograded").mkdir()
+    for folder in (submitted / "ada" / "01_tensors", course.root / "autograded", course.root):
+        with pytest.raises(CourseError, match="grading writes there") as refusal:
+            refuse_course_folders(course, folder)
+        assert "zip_collect's downloaded/<assignment_id>/archive/" in str(refusal.value)
+    refuse_course_folders(course, tmp_path / "elsewhere")
+
+
+def test_safe_ids_are_kept_and_unsafe_ones_mapped_apart_and_stable():
+    assert safe_id("ada") == "ada" and safe_id("s-1.2_x") == "s-1.2_x"
+    odd = ["Kim [2]", "Kim 2", "O'Brien, Pat", 'say "hi"', "a/b", "Zoë", "*", ".hidden"]
+    mapped = [safe_id(text) for text in odd]
+    assert len(set(mapped)) == len(odd) and mapped == [safe_id(text) for text in odd]
+    assert all(safe_id(m) == m and not set(m) & set(" ,'\"/[]*?") and m.isascii() for m in mapped)
+
+
+def test_roster_maps_platform_ids_emails_and_names_and_the_mapping_is_written(tmp_path, work_and_blank):
+    roster_csv = tmp_path / "roster.csv"
+    with roster_csv.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["student_id", "platform_id", "email", "first_name", "last_name"])
+        writer.writerow(["s001", "1001", "", "Ada", 'Lovelace, "Jr."'])
+        writer.writerow(["s002", "", "", "Bea", "Bronte"])
+    roster = Roster.read(roster_csv)
+    found = take(build("canvas", tmp_path / "download", *work_and_blank).path, roster=roster)
+    assert sorted(s.student_id for s in found.submissions) == ["s001", "s002"]
+    ada = next(m for m in found.mappings if m.student.student_id == "s001")
+    assert ada.student.last_name == 'Lovelace, "Jr."' and ada.source == "roster"
+    stranger = map_student(roster, format="canvas", platform_id="9", name="doejohn", email="")
+    assert stranger.student.student_id == "doejohn_9" and stranger.source == "derived, not in the roster"
+    write_mapping([*found.mappings, stranger], tmp_path / "student_ids.csv")
+    with (tmp_path / "student_ids.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["student_id"], r["platform_id"], r["from"]) for r in rows] == [
+        ("s002", "1002", "roster"),
+        ("s001", "1001", "roster"),
+        ("doejohn_9", "9", "derived, not in the roster"),
+    ]
+    (tmp_path / "bad.csv").write_text("id,name\n1,x\n")
+    with pytest.raises(CourseError, match="needs a header row with student_id"):
+        Roster.read(tmp_path / "bad.csv")
+
+
+def test_place_writes_the_normalised_notebook_and_platform_time_only(tmp_path, work_and_blank):
+    work, blank = work_and_blank
+    course = Course(tmp_path / "course")
+    download = write(
+        tmp_path / "download",
+        {
+            "alice/01_tensors/01_tensors (1).ipynb": blank,
             "alice/01_tensors/torch.py": "raise SystemExit('shadowed')",
-            "alice/01_tensors/checks.py": "",
             "alice/01_tensors/timestamp.txt": "2026-11-30 10:00:00 UTC",
+            "bea/01_tensors/01_tensors.ipynb": '{"cells": [',
         },
     )
     stale = course.root / "autograded" / "alice" / "01_tensors"
     stale.mkdir(parents=True)
-    submission = find_submissions(download, assignment_ids=IDS).submissions[0]
-    placed = place(course, submission, release=release)
+    alice, bea = take(download).submissions
+    placed = place(course, alice, release=release(ASSIGNMENT))
     assert sorted(p.name for p in placed.iterdir()) == ["01_tensors.ipynb", "timestamp.txt"]
-    assert submission.notes == [
-        "notebook '01_tensors (1).ipynb' graded as '01_tensors.ipynb'",
-        "files not graded: torch.py",
+    assert (placed / "timestamp.txt").read_text() == "2026-11-30 10:00:00.000000 UTC"
+    assert alice.notes == ["notebook '01_tensors (1).ipynb' graded as '01_tensors.ipynb'", "files not graded: torch.py"]
+    assert alice.status == "unattempted" and not stale.exists()
+    graded = place(course, bea, release=release(ASSIGNMENT))
+    assert bea.status == "invalid notebook"
+    assert bea.notes[0].startswith("not a readable notebook: the file is not valid JSON")
+    assert [c.source for c in read_notebook(graded / "01_tensors.ipynb").cells] == [
+        c.source for c in release(ASSIGNMENT).cells
     ]
-    assert submission.status == "ok"
-    assert not stale.exists()
-
-
-def test_place_grades_an_unreadable_notebook_as_the_blank_release(tmp_path):
-    release = read_notebook(ROOT / "release" / "01_tensors" / "01_tensors.ipynb")
-    download = make_download(tmp_path / "download", {"bea/01_tensors/01_tensors.ipynb": '{"cells": ['})
-    submission = find_submissions(download, assignment_ids=IDS).submissions[0]
-    placed = place(Course(tmp_path / "course"), submission, release=release)
-    assert submission.status == "invalid notebook"
-    assert submission.notes[0].startswith("not a readable notebook: the file is not valid JSON")
-    graded = read_notebook(placed / "01_tensors.ipynb")
-    assert [c.source for c in graded.cells] == [c.source for c in release.cells]
 
 
 def test_log_excerpt_quotes_the_exception_of_exactly_that_submission(tmp_path):
@@ -117,3 +325,102 @@ def test_log_excerpt_quotes_the_exception_of_exactly_that_submission(tmp_path):
     )
     assert _log_excerpt(log, tmp_path / "submitted" / "alice2" / "01_tensors").endswith("DeadKernelError: Kernel died")
     assert "by hand" in _log_excerpt(log, tmp_path / "submitted" / "bo" / "01_tensors")
+
+
+def test_dry_run_prints_every_file_and_grades_nothing(tmp_path, cli, work_and_blank):
+    course = copy_course(COURSE, tmp_path / "course")
+    download = zipped(build("canvas", tmp_path / "download", *work_and_blank).path, tmp_path / "submissions.zip")
+    process = cli("--course", str(course.root), "grade", "--dry-run", str(download))
+    assert process.returncode == 0, process.stderr
+    assert process.stdout.startswith("format: canvas detected (2 of 2 notebook(s)")
+    for name in files_in(download):
+        assert name in process.stdout
+    assert "brontebea_1002" in process.stdout and "dry run: nothing graded" in process.stdout
+    assert sorted(p.name for p in course.root.iterdir()) == ["nbgrader_config.py", "source"]
+
+
+# One real grading run (nbgrader, sandbox) of a mixed Blackboard download, shared by the tests below.
+
+DUE = "2026-11-30 12:00:00 UTC"
+
+
+@pytest.fixture(scope="module")
+def graded_blackboard(tmp_path_factory, work_and_blank):
+    """A Blackboard zip graded with a roster and a due date: ada's two attempts (the later, late one is her work),
+    bea's blank, kim's blank beside her final in one attempt, jdoe's text file and no notebook."""
+    from conftest import run_cli
+
+    work, blank = work_and_blank
+    root = tmp_path_factory.mktemp("graded")
+    course = copy_course(COURSE, root / "course")
+    assert run_nbgrader(course, "db", "assignment", "add", ASSIGNMENT, f"--duedate={DUE}").returncode == 0
+    attempt = "01 Tensors_{}_attempt_2026-11-30-09-00-00_{}"
+    folder = build("blackboard", root / "download", work, blank).path
+    write(
+        folder,
+        {
+            attempt.format("klee", "01_tensors.ipynb"): blank,
+            attempt.format("klee", "01_tensors_final.ipynb"): work,
+            attempt.format("jdoe", "notes.txt"): "I could not open Jupyter",
+        },
+    )
+    download = zipped(folder, root / "gradebook_01_tensors.zip")
+    roster = write(
+        root,
+        {"roster.csv": 'student_id,platform_id,first_name,last_name\ns001,alovelace,Ada,"Lovelace, ""Jr."""\n'
+         "Kim [2],klee,Kim,Lee\n"},
+    )
+    before = hashes(download)
+    process = run_cli("--course", str(course.root), "grade", "--roster", str(roster / "roster.csv"), str(download))
+    return course, process, before, download
+
+
+def read_csv(path):
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_a_graded_download_is_untouched_and_every_file_is_in_the_manifest(graded_blackboard):
+    course, process, before, download = graded_blackboard
+    assert process.returncode == 0, process.stderr
+    assert hashes(download) == before
+    assert "format: blackboard detected" in process.stdout
+    assert "9 file(s): 2 copy not graded, 3 graded, 1 not taken, 3 platform metadata" in process.stdout
+    manifest = read_csv(course.root / "manifest.csv")
+    assert sorted(row["file"] for row in manifest) == files_in(download)
+    kim, name = safe_id("Kim [2]"), "01 Tensors_{}_attempt_{}_{}".format
+    assert {row["file"]: (row["status"], row["student_id"]) for row in manifest if row["file"].endswith(".ipynb")} == {
+        name("alovelace", "2026-11-29-09-00-00", "01_tensors.ipynb"): ("copy not graded", "s001"),
+        name("alovelace", "2026-11-30-18-30-00", "01_tensors.ipynb"): ("graded", "s001"),
+        name("bbronte", "2026-11-30-08-00-00", "01_tensors.ipynb"): ("graded", "bbronte"),
+        name("klee", "2026-11-30-09-00-00", "01_tensors.ipynb"): ("copy not graded", kim),
+        name("klee", "2026-11-30-09-00-00", "01_tensors_final.ipynb"): ("graded", kim),
+    }
+    assert {row["status"] for row in manifest if row["file"].endswith("00.txt")} == {"platform metadata"}
+
+
+def test_a_graded_download_gives_grades_and_statuses_an_instructor_can_act_on(graded_blackboard):
+    course, process, _, _ = graded_blackboard
+    full = next(s for s in samples(COURSE, ASSIGNMENT) if s.student_id == "reference").expected_total
+    grades = read_csv(course.root / "grades.csv")
+    assert list(grades[0]) == GRADES_COLUMNS
+    by_id = {row["student_id"]: row for row in grades}
+    kim = safe_id("Kim [2]")
+    assert sorted(by_id) == sorted(["s001", "bbronte", kim, "jdoe"])
+    assert by_id["s001"]["last_name"] == 'Lovelace, "Jr."' and by_id["s001"]["first_name"] == "Ada"
+    assert by_id["s001"]["timestamp"].startswith("2026-11-30 18:30:00")
+    assert float(by_id["s001"]["score"]) == full and float(by_id[kim]["score"]) == full
+    assert float(by_id["bbronte"]["score"]) == 0 and float(by_id["jdoe"]["score"]) == 0
+    tasks = read_csv(course.root / "task_results.csv")
+    bea = [row for row in tasks if row["student_id"] == "bbronte"]
+    assert {row["submission_status"] for row in bea} == {"unattempted"}
+    assert {row["status"] for row in bea if row["kind"] == "autograded"} == {"unattempted"}
+    assert "late" not in bea[0]["notes"]
+    ada = [row for row in tasks if row["student_id"] == "s001"]
+    assert {row["submission_status"] for row in ada} == {"review"} and "late by 6h 30min (nbgrader)" in ada[0]["notes"]
+    assert {row["submission_status"] for row in tasks if row["student_id"] == kim} == {"review"}
+    assert [row["submission_status"] for row in tasks if row["student_id"] == "jdoe"] == ["nothing graded"]
+    mapping = {row["student_id"]: row["from"] for row in read_csv(course.root / "student_ids.csv")}
+    stranger = "derived, not in the roster"
+    made_safe = "roster (its id 'Kim [2]' made safe)"
+    assert mapping == {"s001": "roster", kim: made_safe, "bbronte": stranger, "jdoe": stranger}
