@@ -25,7 +25,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from autograder.course import ROOT, Course, grade_id, is_autograder_tests, raises_on_purpose, read_notebook
-from autograder.samples import samples
+from test_validate import UNANSWERED, WRONG, reference_submission, solved_with_mistakes
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = ROOT / "tests" / "browser-screenshots"
@@ -43,25 +43,6 @@ TOKEN = "course-browser-test"
 RUN_ALL_TIMEOUT_S = 240
 STABLE_S = 8
 VALIDATE_TIMEOUT_MS = 240_000
-WRONG = ("task_2_2_zero_negatives", "def zero_negatives_(x):\n    return x.abs_()\n")
-UNANSWERED = "task_3_1_hwc_to_chw"
-
-
-def reference_submission(assignment_id: str) -> nbformat.NotebookNode:
-    """The release notebook with the reference solutions filled in (as the sample submissions compose it)."""
-    return next(s.notebook for s in samples(Course(ROOT), assignment_id) if s.student_id == "reference")
-
-
-def one_wrong_one_unanswered() -> nbformat.NotebookNode:
-    """01_tensors solved, except one wrong answer (WRONG) and one task left as released (UNANSWERED)."""
-    notebook = reference_submission("01_tensors")
-    stubs = {grade_id(c): c.source for c in read_notebook(ROOT / "release" / "01_tensors" / "01_tensors.ipynb").cells}
-    for cell in notebook.cells:
-        if grade_id(cell) == f"{WRONG[0]}_solution":
-            cell.source = WRONG[1]
-        elif grade_id(cell) == f"{UNANSWERED}_solution":
-            cell.source = stubs[grade_id(cell)]
-    return notebook
 
 
 def untagged(notebook: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, int]:
@@ -88,7 +69,7 @@ def course_folder(tmp_path_factory):
         folder = root / "release" / assignment_id
         shutil.copytree(ROOT / "release" / assignment_id, folder)  # checks.py copied, not linked
         nbformat.write(reference_submission(assignment_id), folder / f"{assignment_id}.ipynb")
-    for name, notebook in (("mistakes", one_wrong_one_unanswered()), ("untagged", untagged(reference_submission("01_tensors"))[0])):
+    for name, notebook in (("mistakes", solved_with_mistakes(warning=False)), ("untagged", untagged(reference_submission("01_tensors"))[0])):
         folder = root / name
         shutil.copytree(ROOT / "release" / "01_tensors", folder)
         nbformat.write(notebook, folder / "01_tensors.ipynb")

@@ -19,10 +19,16 @@ WARNS = (
 )
 
 
-def solved_with_mistakes() -> nbformat.NotebookNode:
-    """The reference submission with one wrong answer, one task left as released, and one correct answer that warns."""
+def reference_submission(assignment_id: str) -> nbformat.NotebookNode:
+    """The release notebook with the reference solutions filled in (as the sample submissions compose it)."""
+    return next(s.notebook for s in samples(Course(ROOT), assignment_id) if s.student_id == "reference")
+
+
+def solved_with_mistakes(*, warning: bool = True) -> nbformat.NotebookNode:
+    """01_tensors solved, except one wrong answer (WRONG), one task left as released (UNANSWERED) and,
+    with ``warning``, one correct answer that warns (WARNS)."""
     release = read_notebook(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    notebook = next(s.notebook for s in samples(Course(ROOT), ASSIGNMENT) if s.student_id == "reference")
+    notebook = reference_submission(ASSIGNMENT)
     stubs = {grade_id(c): c.source for c in release.cells}
     for cell in notebook.cells:
         name = grade_id(cell)
@@ -30,7 +36,7 @@ def solved_with_mistakes() -> nbformat.NotebookNode:
             cell.source = WRONG[1]
         elif name == f"{UNANSWERED}_solution":
             cell.source = stubs[name]
-        elif name == f"{WARNS[0]}_solution":
+        elif name == f"{WARNS[0]}_solution" and warning:
             cell.source = WARNS[1]
     return notebook
 
@@ -40,8 +46,7 @@ def student_folder(tmp_path_factory):
     """A student's copy of release/01_tensors/ holding the released, the solved and the mistaken notebook."""
     folder = tmp_path_factory.mktemp("student") / ASSIGNMENT
     shutil.copytree(ROOT / "release" / ASSIGNMENT, folder)  # checks.py is copied, not linked
-    reference = next(s.notebook for s in samples(Course(ROOT), ASSIGNMENT) if s.student_id == "reference")
-    nbformat.write(reference, folder / "solved.ipynb")
+    nbformat.write(reference_submission(ASSIGNMENT), folder / "solved.ipynb")
     nbformat.write(solved_with_mistakes(), folder / "mistakes.ipynb")
     return folder
 
