@@ -19,7 +19,16 @@ import nbformat
 from nbclient import NotebookClient
 from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
-from .course import CHECKS_MODULE, Course, CourseError, generate_assignment, read_notebook, strip_markers
+from .course import (
+    CHECKS_MODULE,
+    RAISES_TAG,
+    Course,
+    CourseError,
+    generate_assignment,
+    raises_on_purpose,
+    read_notebook,
+    strip_markers,
+)
 from .sandbox import SandboxedKernelManager
 
 NBVAL_RAISES = "NBVAL_RAISES_EXCEPTION"
@@ -47,8 +56,8 @@ def build(course: Course, *, assignment_ids: list[str] | None = None) -> list[Pa
 
     Raises:
         CourseError: nbgrader generate_assignment failed, or a reference
-            notebook raised where it should not, did not raise where it is
-            marked ``# NBVAL_RAISES_EXCEPTION``, or wrote to stderr.
+            notebook raised in a cell not tagged ``raises-exception``, did not
+            raise in one so tagged, or wrote to stderr.
     """
     written = []
     for assignment_id in assignment_ids or course.assignment_ids():
@@ -108,7 +117,7 @@ def write_reference(course: Course, assignment_id: str, executed: nbformat.Noteb
         stored = {cell.get("id"): cell for cell in read_notebook(path).cells}
         for cell in executed.cells:
             previous = stored.get(cell.get("id"))
-            if _marked(cell, NBVAL_IGNORE) and previous is not None and previous.source == cell.source:
+            if marked(cell, NBVAL_IGNORE) and previous is not None and previous.source == cell.source:
                 cell.outputs = previous.outputs
     nbformat.write(executed, path)
     return path
@@ -124,7 +133,7 @@ def _portable_tracebacks(notebook: nbformat.NotebookNode, replacements: dict[str
                 output.traceback = lines
 
 
-def _marked(cell: nbformat.NotebookNode, marker: str) -> bool:
+def marked(cell: nbformat.NotebookNode, marker: str) -> bool:
     """Whether a code cell carries an nbval marker comment (``# NBVAL_...``) on a line of its own."""
     return cell.cell_type == "code" and any(
         line.strip().lstrip("#").strip() == marker for line in cell.source.splitlines()
@@ -180,12 +189,12 @@ def reference_problems(notebook: nbformat.NotebookNode) -> list[str]:
         if cell.cell_type != "code":
             continue
         where = f"cell {index} ({cell.get('id', '?')})"
-        marked = _marked(cell, NBVAL_RAISES)
+        tagged = raises_on_purpose(cell)
         errors = [o for o in cell.outputs if o.output_type == "error"]
-        if errors and not marked:
-            problems.append(f"{where} raised {errors[0].ename}: {errors[0].evalue}")
-        if marked and not errors:
-            problems.append(f"{where} is marked {NBVAL_RAISES} but raised nothing")
+        if errors and not tagged:
+            problems.append(f"{where} raised {errors[0].ename}: {errors[0].evalue} (not tagged {RAISES_TAG})")
+        if tagged and not errors:
+            problems.append(f"{where} is tagged {RAISES_TAG} but raised nothing")
         if any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs):
             problems.append(f"{where} wrote to stderr (nbgrader scores such a test cell 0; nbval compares it)")
     return problems

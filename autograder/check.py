@@ -4,8 +4,10 @@ Findings: release/ or notebooks/ stale against source/ (compared ignoring
 cell ids, outputs and execution metadata), a release notebook holding
 solution code, hidden tests or their markers, a reference notebook not fully
 executed or with stderr, a grade cell without points, repeated grade_ids, a
-solution code cell with no autograder-tests cell after it, and a solution or
-autograder-tests cell without its BEGIN SOLUTION / BEGIN HIDDEN TESTS markers.
+solution code cell with no autograder-tests cell after it, a solution or
+autograder-tests cell without its BEGIN SOLUTION / BEGIN HIDDEN TESTS markers,
+and a cell that raises on purpose without the ``raises-exception`` tag
+(JupyterLab's Run All, like nbgrader, stops at the first error of an untagged cell).
 """
 
 from __future__ import annotations
@@ -16,18 +18,20 @@ from pathlib import Path
 
 import nbformat
 
-from .build import generate_release, reference_cells
+from .build import NBVAL_RAISES, generate_release, marked, reference_cells
 from .checks import RECORD_VERSION
 from .course import (
     CHECKS_MODULE,
     HIDDEN_TEST_MARKERS,
     MARKERS,
+    RAISES_TAG,
     SOLUTION_MARKERS,
     Course,
     grade_id,
     is_autograded_answer,
     is_autograder_tests,
     is_grade,
+    raises_on_purpose,
     read_notebook,
     regions,
 )
@@ -47,7 +51,8 @@ def check(course: Course) -> list[str]:
 
 def source_findings(notebook: nbformat.NotebookNode) -> list[str]:
     """Grade cells without points, repeated grade_ids, solution cells with no tests after them,
-    and cells whose solution or hidden tests are not marked (nbgrader would then release them)."""
+    cells whose solution or hidden tests are not marked (nbgrader would then release them), and
+    cells whose ``# NBVAL_RAISES_EXCEPTION`` marker and ``raises-exception`` tag disagree."""
     findings = []
     seen: dict[str, int] = {}
     for index, cell in enumerate(notebook.cells):
@@ -68,6 +73,10 @@ def source_findings(notebook: nbformat.NotebookNode) -> list[str]:
             following = next((c for c in notebook.cells[index + 1 :] if c.cell_type == "code"), None)
             if following is None or not is_autograder_tests(following):
                 findings.append(f"solution cell {cell_id!r} (cell {index}) has no autograder-tests cell after it")
+        if marked(cell, NBVAL_RAISES) and not raises_on_purpose(cell):
+            findings.append(f"cell {index} is marked {NBVAL_RAISES} but not tagged {RAISES_TAG} (Run All stops there)")
+        if raises_on_purpose(cell) and not marked(cell, NBVAL_RAISES):
+            findings.append(f"cell {index} is tagged {RAISES_TAG} but not marked {NBVAL_RAISES} for the student")
     return findings
 
 
@@ -142,6 +151,8 @@ def reference_findings(course: Course, assignment_id: str) -> list[str]:
             findings.append(f"{where}: cell {index} has not been executed")
         if any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs):
             findings.append(f"{where}: cell {index} has stderr output")
+        if any(o.output_type == "error" for o in cell.outputs) and not raises_on_purpose(cell):
+            findings.append(f"{where}: cell {index} raises but is not tagged {RAISES_TAG} (Run All would stop there)")
         if is_autograder_tests(cell) and not cell_records(cell):
             findings.append(
                 f"{where}: test cell {grade_id(cell)} records no check (use the helpers in checks.py), "

@@ -19,6 +19,10 @@ def main(argv: list[str] | None = None) -> int:
     build_parser = commands.add_parser("build", help="regenerate release/ and notebooks/ from source/")
     build_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     commands.add_parser("check", help="list what is stale or inconsistent; exit 1 if anything is")
+    validate_parser = commands.add_parser(
+        "validate", help="run a notebook's tests as nbgrader will; list the test cells that pass and fail; exit 1 if any fails"
+    )
+    validate_parser.add_argument("notebook", type=Path, help="the notebook, e.g. release/01_tensors/01_tensors.ipynb")
     grade_parser = commands.add_parser("grade", help="grade a download of submissions with nbgrader")
     grade_parser.add_argument(
         "submissions",
@@ -106,6 +110,14 @@ def _check(course: Course, args: argparse.Namespace) -> int:
     return 1 if findings else 0
 
 
+def _validate(course: Course, args: argparse.Namespace) -> int:
+    from .validate import validate
+
+    validation = validate(args.notebook)
+    print(validation.report())
+    return 0 if validation.ok else 1
+
+
 def _grade(course: Course, args: argparse.Namespace) -> int:
     from .grade import grade, survey
     from .intake import Roster, manifest_summary, manifest_table
@@ -181,4 +193,4 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-COMMANDS = {"build": _build, "check": _check, "grade": _grade, "demo": _demo, "benchmark": _benchmark}
+COMMANDS = {"build": _build, "check": _check, "validate": _validate, "grade": _grade, "demo": _demo, "benchmark": _benchmark}

@@ -28,6 +28,8 @@ CHECKS_MODULE = Path(__file__).resolve().parent / "checks.py"
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 HIDDEN_TEST_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 MARKERS = SOLUTION_MARKERS + HIDDEN_TEST_MARKERS
+RAISES_TAG = "raises-exception"
+"""Cell tag of a cell that raises on purpose: JupyterLab's Run All, nbclient, nbgrader and nbval go on past it."""
 
 
 class CourseError(RuntimeError):
@@ -161,6 +163,11 @@ def is_autograder_tests(cell: nbformat.NotebookNode) -> bool:
 def is_autograded_answer(cell: nbformat.NotebookNode) -> bool:
     """A code cell the student fills in, graded by the tests after it."""
     return cell.cell_type == "code" and is_solution(cell) and not is_grade(cell)
+
+
+def raises_on_purpose(cell: nbformat.NotebookNode) -> bool:
+    """A code cell tagged :data:`RAISES_TAG` (a demonstration of a real error)."""
+    return cell.cell_type == "code" and RAISES_TAG in (cell.get("metadata", {}).get("tags") or [])
 
 
 def grade_id(cell: nbformat.NotebookNode) -> str | None:

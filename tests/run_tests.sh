@@ -2,7 +2,8 @@
 # The course's one test command (README; .ci/run calls it):
 #   1. python -m autograder check   (release/ and notebooks/ match source/, no leaks, sane grade cells)
 #   2. pytest: the autograder's unit tests, the sample submissions graded through
-#      nbgrader's real pipeline, and nbval in strict mode on notebooks/*.ipynb.
+#      nbgrader's real pipeline, the student's path in JupyterLab in headless Chromium
+#      (tests/test_browser.py), and nbval in strict mode on notebooks/*.ipynb.
 # nbval policy: outputs are compared after tests/nbval_sanitize.cfg; check records
 # (compared by the grader, with tolerances) are skipped; stderr is compared like any
 # output, so a reference notebook that starts writing to stderr fails.

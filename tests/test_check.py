@@ -5,7 +5,7 @@ import json
 import nbformat
 
 from autograder.check import leak_findings, reference_findings, source_findings
-from autograder.course import grade_id, is_autograder_tests, read_notebook
+from autograder.course import grade_id, is_autograder_tests, raises_on_purpose, read_notebook
 
 
 def make_tests_cell(grade_id, points=1, source="check_equal(f(1), 2, label='f(1)')"):
@@ -120,3 +120,38 @@ def test_reference_findings_name_a_test_cell_whose_checks_record_nothing(course_
         f"notebooks/{assignment_id}.ipynb: test cell {grade_id(tests)} records no check (use the helpers in "
         "checks.py), so the verdict outside the kernel cannot judge it"
     ]
+
+
+def test_source_findings_name_a_raising_cell_whose_marker_and_tag_disagree():
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("# NBVAL_RAISES_EXCEPTION\ntorch.zeros(2).view(3)"),
+        nbformat.v4.new_code_cell("torch.zeros(2).view(3)", metadata={"tags": ["raises-exception"]}),
+        nbformat.v4.new_code_cell("# NBVAL_RAISES_EXCEPTION\n1 / 0", metadata={"tags": ["raises-exception"]}),
+    ]
+    assert source_findings(notebook) == [
+        "cell 0 is marked NBVAL_RAISES_EXCEPTION but not tagged raises-exception (Run All stops there)",
+        "cell 1 is tagged raises-exception but not marked NBVAL_RAISES_EXCEPTION for the student",
+    ]
+
+
+def test_every_cell_that_raises_on_purpose_is_tagged_in_source_release_and_notebooks(course_copy):
+    for assignment_id in course_copy.assignment_ids():
+        reference = read_notebook(course_copy.reference_notebook(assignment_id))
+        raising = [i for i, c in enumerate(reference.cells) if any(o.output_type == "error" for o in c.get("outputs", []))]
+        assert raising, assignment_id
+        for notebook in (reference, *map(read_notebook, (course_copy.source_notebook(assignment_id), course_copy.release_notebook(assignment_id)))):
+            assert [i for i, c in enumerate(notebook.cells) if raises_on_purpose(c)] == raising, assignment_id
+
+
+def test_reference_findings_name_a_raising_cell_without_the_tag(course_copy):
+    assignment_id = course_copy.assignment_ids()[0]
+    path = course_copy.reference_notebook(assignment_id)
+    stored = read_notebook(path)
+    index, cell = next((i, c) for i, c in enumerate(stored.cells) if raises_on_purpose(c))
+    cell.metadata["tags"].remove("raises-exception")
+    nbformat.write(stored, path)
+    assert (
+        f"notebooks/{assignment_id}.ipynb: cell {index} raises but is not tagged raises-exception "
+        "(Run All would stop there)"
+    ) in reference_findings(course_copy, assignment_id)

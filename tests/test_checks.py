@@ -82,8 +82,38 @@ def test_check_equal_is_strict_about_types():
         check_equal(True, 1, label="bool for int")
     with pytest.raises(AssertionError, match="expected a torch.float32 tensor of shape"):
         check_equal(torch.tensor([1, 2]), torch.tensor([1.0, 2.0]), label="int tensor")
-    with pytest.raises(AssertionError, match="1 of 2 values differ"):
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 / 2"):
         check_equal(torch.tensor([1, 2]), torch.tensor([1, 3]), label="values")
+
+
+@pytest.mark.parametrize(
+    ("check", "found", "expected"),
+    [
+        (check_equal, torch.tensor([[1.5, 2.0], [0.5, 3.0]]), torch.tensor([[0.0, 2.0], [0.5, 0.0]])),
+        (check_equal, np.array([[1.5, 2.0], [0.5, 3.0]]), np.array([[0.0, 2.0], [0.5, 0.0]])),
+        (check_close, torch.tensor([[1.5, 2.0], [0.5, 3.0]]), torch.tensor([[0.0, 2.0], [0.5, 0.0]])),
+    ],
+    ids=["equal_tensor", "equal_ndarray", "close_tensor"],
+)
+def test_a_failed_value_check_says_where_what_was_found_and_what_was_expected(check, found, expected):
+    with pytest.raises(AssertionError) as failure:
+        check(found, expected, label="x after zero_negatives_(x)")
+    lines = str(failure.value).splitlines()
+    assert lines[:3] == [
+        "x after zero_negatives_(x)",
+        "Mismatched elements: 2 / 4 (50.0%)",
+        "First at index (0, 0): found 1.5, expected 0.0",
+    ]
+    assert lines[3].startswith("Greatest absolute difference: 3 at index (1, 1)")
+
+
+def test_a_failed_boolean_check_has_no_greatest_difference():
+    with pytest.raises(AssertionError) as failure:
+        check_equal(torch.tensor([True, False, True]), torch.tensor([True, True, True]), label="mask")
+    assert str(failure.value).splitlines()[1:] == [
+        "Mismatched elements: 1 / 3 (33.3%)",
+        "First at index (1,): found False, expected True",
+    ]
 
 
 def test_check_device_matches_type_and_optional_index():

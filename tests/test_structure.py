@@ -182,3 +182,13 @@ def test_a_kernelspec_of_the_wrong_type_is_replaced_and_the_answers_kept():
     result = normalise(json.dumps(data).encode(), release=RELEASE)
     assert result.readable and result.repairs == ["notebook metadata kernelspec changed: the release's is used"]
     assert sources(result.notebook) == expected_sources(**{grade_id(SOLUTION): ANSWER})
+
+
+def test_a_demonstration_cell_keeps_the_releases_raises_exception_tag():
+    notebook = student_notebook()
+    demos = [c for c in notebook.cells if "raises-exception" in c.metadata.get("tags", [])]
+    assert demos, "the release tags its demonstration cells"
+    demos[0].metadata["tags"] = []
+    result = normalised(notebook)
+    assert [c.metadata for c in result.notebook.cells] == [c.metadata for c in RELEASE.cells]
+    assert f"cell {demos[0].id}: changed nbgrader metadata or execution tags were reset" in result.repairs

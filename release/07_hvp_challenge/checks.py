@@ -59,6 +59,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -217,6 +218,7 @@ def check_shape(actual: Any, expected: Sequence[int], *, label: str) -> None:
     Raises:
         AssertionError: ``actual`` has no shape, or a different one.
     """
+    __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     shape = getattr(actual, "shape", None)
     _record("shape", label, None if shape is None else tuple(shape), tuple(expected), _EXACT)
     if shape is None:
@@ -231,6 +233,7 @@ def check_dtype(actual: Any, expected: torch.dtype | np.dtype | type, *, label: 
     Raises:
         AssertionError: ``actual`` has no dtype, or a different one.
     """
+    __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     dtype = getattr(actual, "dtype", None)
     expected_name = str(expected) if isinstance(expected, torch.dtype) else str(np.dtype(expected))
     _record("dtype", label, None if dtype is None else str(dtype), expected_name, _EXACT)
@@ -252,6 +255,7 @@ def check_device(actual: Any, expected: torch.device | str, *, label: str) -> No
     Raises:
         AssertionError: ``actual`` is not a tensor, or lives elsewhere.
     """
+    __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     device = getattr(actual, "device", None)
     expected = torch.device(expected)
     _record("device", label, None if device is None else str(device), str(expected), {"kind": "device"})
@@ -273,6 +277,7 @@ def check_equal(actual: Any, expected: Any, *, label: str) -> None:
     Raises:
         AssertionError: the values, types, shapes or dtypes differ.
     """
+    __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     _record("equal", label, actual, expected, _EXACT)
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
@@ -284,9 +289,9 @@ def check_equal(actual: Any, expected: Any, *, label: str) -> None:
                 f"expected a {expected.dtype} tensor of shape {tuple(expected.shape)}, "
                 f"got a {actual.dtype} tensor of shape {tuple(actual.shape)}",
             )
-        if not torch.equal(actual.detach().cpu(), expected.detach().cpu()):
-            mismatched = int((actual.detach().cpu() != expected.detach().cpu()).sum())
-            raise _fail(label, f"{mismatched} of {expected.numel()} values differ")
+        found, wanted = actual.detach().cpu(), expected.detach().cpu()
+        if not torch.equal(found, wanted):
+            raise _fail(label, _where_they_differ(found, wanted, found != wanted))
         return
     if isinstance(expected, np.ndarray):
         if not isinstance(actual, np.ndarray):
@@ -298,7 +303,12 @@ def check_equal(actual: Any, expected: Any, *, label: str) -> None:
                 f"got a {actual.dtype} array of shape {actual.shape}",
             )
         if not np.array_equal(actual, expected, equal_nan=expected.dtype.kind in "fc"):
-            raise _fail(label, f"{int((actual != expected).sum())} of {expected.size} values differ")
+            differ = (actual != expected) & ~(_nan(actual) & _nan(expected))
+            try:
+                found, wanted = (torch.from_numpy(np.ascontiguousarray(a)) for a in (actual, expected))
+            except TypeError:  # a dtype PyTorch lacks (strings, objects)
+                raise _fail(label, f"{int(differ.sum())} of {expected.size} values differ") from None
+            raise _fail(label, _where_they_differ(found, wanted, torch.from_numpy(differ)))
         return
     if type(actual) is not type(expected):
         raise _fail(label, f"expected a {type(expected).__name__}, got a {type(actual).__name__} ({actual!r})")
@@ -329,6 +339,7 @@ def check_close(
         AssertionError: shapes, dtypes or devices differ, or some value is
             further from the expected one than ``atol + rtol * |expected|``.
     """
+    __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     actual_t = _as_tensor(actual)
     expected_t = _as_tensor(expected) if not isinstance(expected, (list, tuple)) else torch.tensor(expected)
     if expected_t is None:
@@ -368,20 +379,55 @@ def _not_close(
         close = actual == expected
     else:
         close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=False)
-    mismatched = int((~close).sum())
-    if mismatched == 0:
+    if bool(close.all()):
         return None
-    wide = torch.complex128 if common.is_complex else torch.float64
-    difference = (actual.to(wide) - expected.to(wide)).abs()
-    difference[close] = 0
-    nan = difference.isnan()
-    worst = int(nan.flatten().int().argmax()) if nan.any() else int(difference.flatten().argmax())
-    where = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), actual.shape)) if actual.dim() else ()
-    return (
-        f"Mismatched elements: {mismatched} / {actual.numel()} ({100 * mismatched / actual.numel():.1f}%)\n"
-        f"Greatest absolute difference: {float(difference.flatten()[worst]):.3g} at index {where} "
-        f"(up to {atol:g} + {rtol:g} * |expected| allowed)"
-    )
+    return _where_they_differ(actual, expected, ~close, allowed=f" (up to {atol:g} + {rtol:g} * |expected| allowed)")
+
+
+def _where_they_differ(actual: torch.Tensor, expected: torch.Tensor, differ: torch.Tensor, *, allowed: str = "") -> str:
+    """A failure message for two CPU-comparable tensors of one shape that differ where ``differ`` is True.
+
+    Says how many values differ, the first index that does with the value found and the one
+    expected there, and for numbers the greatest absolute difference and its index (as
+    ``torch.testing.assert_close`` does; ``allowed`` is appended to that line).
+    """
+    actual, expected, differ = actual.cpu(), expected.cpu(), differ.cpu()
+    count, total = int(differ.sum()), differ.numel()
+    flat_actual, flat_expected = actual.flatten(), expected.flatten()
+    first = int(differ.flatten().int().argmax())
+    lines = [
+        f"Mismatched elements: {count} / {total} ({100 * count / total:.1f}%)",
+        f"First at index {_index(first, actual.shape)}: "
+        f"found {_scalar(flat_actual[first])}, expected {_scalar(flat_expected[first])}",
+    ]
+    if expected.dtype != torch.bool:
+        wide = torch.complex128 if expected.is_complex() or actual.is_complex() else torch.float64
+        difference = (flat_actual.to(wide) - flat_expected.to(wide)).abs()
+        difference[~differ.flatten()] = 0
+        nan = difference.isnan()
+        worst = int(nan.int().argmax()) if nan.any() else int(difference.argmax())
+        lines.append(
+            f"Greatest absolute difference: {float(difference[worst]):.3g} at index {_index(worst, actual.shape)}{allowed}"
+        )
+    return "\n".join(lines)
+
+
+def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if len(shape) else ()
+
+
+def _scalar(value: torch.Tensor) -> str:
+    item = value.item()
+    if isinstance(item, float):
+        text = f"{item:.6g}"
+        return text if any(c in text for c in ".eni") else f"{text}.0"
+    if isinstance(item, complex):
+        return f"{item.real:.6g}{item.imag:+.6g}j"
+    return repr(item)
+
+
+def _nan(array: np.ndarray) -> np.ndarray:
+    return np.isnan(array) if array.dtype.kind in "fc" else np.zeros(array.shape, dtype=bool)
 
 
 def _as_tensor(value: Any) -> torch.Tensor | None:
@@ -422,6 +468,7 @@ def check_raises(
         AssertionError: the block raised nothing, or another exception, or
             one whose message lacks ``match``.
     """
+    __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     accepted = [expected] if isinstance(expected, type) else list(expected)
     names = " or ".join(e.__name__ for e in accepted)
     rule = {"kind": "raises", "match": match}
@@ -494,6 +541,7 @@ def check_shares_memory(actual: Any, other: Any, *, label: str, expected: bool =
         AssertionError: ``actual`` is not a tensor or array, or sharing is
             not as expected.
     """
+    __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     if not isinstance(actual, (torch.Tensor, np.ndarray)):
         _record("shares_memory", label, None, expected, _EXACT)
         raise _fail(label, f"expected a tensor, got a {type(actual).__name__}")
@@ -503,3 +551,58 @@ def check_shares_memory(actual: Any, other: Any, *, label: str, expected: bool =
         raise _fail(label, "the result shares memory with the input, but it must be a copy (try .clone())")
     if not shared and expected:
         raise _fail(label, "the result is a copy, but it must be a view of the input's memory (no copy)")
+
+
+# --------------------------------------------------------------------------- IPython
+
+
+PASSED_LINE = "All checks in this cell passed."
+"""Printed after a cell whose checks all passed (inside IPython), so a passing test cell says so."""
+
+_records_before_cell = 0
+
+
+def _hide_check_frames(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> None:
+    """IPython's handler for a failed check: the traceback without the checks' own frames.
+
+    IPython hides frames whose locals set ``__tracebackhide__`` only in its debugger, not in
+    tracebacks (checked with IPython 9.18), so a failed check would show this module's
+    internals (and ``contextlib``'s, for :func:`check_raises`) below the student's line.
+    """
+    kept = []
+    while tb is not None:
+        frame = tb.tb_frame
+        if not frame.f_locals.get("__tracebackhide__") and frame.f_code.co_filename != contextlib.__file__:
+            kept.append(tb)
+        tb = tb.tb_next
+    chain = None
+    for item in reversed(kept):
+        chain = types.TracebackType(chain, item.tb_frame, item.tb_lasti, item.tb_lineno)
+    shell.showtraceback((etype, value, chain), tb_offset=tb_offset)
+
+
+def _count_records(info: Any) -> None:
+    global _records_before_cell
+    _records_before_cell = len(records)
+
+
+def _say_passed(result: Any) -> None:
+    if result.success and len(records) > _records_before_cell:
+        print(PASSED_LINE)
+
+
+def _install_in_ipython() -> None:
+    """Inside IPython: failed checks' tracebacks lead with the student's line; passing check cells say so."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    shell.set_custom_exc((AssertionError,), _hide_check_frames)
+    shell.events.register("pre_run_cell", _count_records)
+    shell.events.register("post_run_cell", _say_passed)
+
+
+_install_in_ipython()

@@ -1,0 +1,65 @@
+"""The check helpers inside a real IPython kernel: the student's line leads a failure; a passing cell says so."""
+
+import re
+import shutil
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from autograder.checks import PASSED_LINE
+from autograder.course import CHECKS_MODULE
+
+CELLS = [
+    "import torch\nfrom checks import *",
+    "x = torch.tensor([1.0, 2.0])\ncheck_equal(x, torch.tensor([1.0, 3.0]), label='x after f(x)')",
+    "with check_raises(ValueError, label='f(-1) raises'):\n    abs(-1)",
+    "check_close(x, [1.0, 2.0], label='x close')\ncheck_equal(x.shape, torch.Size([2]), label='shape')",
+    "print('no checks here')",
+    "def f():\n    assert False, 'my own assert'\nf()",
+]
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """A small notebook using the checks, executed in a fresh kernel beside a copy of checks.py."""
+    folder = tmp_path_factory.mktemp("kernel")
+    shutil.copy(CHECKS_MODULE, folder / "checks.py")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
+    client = NotebookClient(
+        notebook,
+        kernel_name="python3",
+        allow_errors=True,
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
+        resources={"metadata": {"path": str(folder)}},
+    )
+    client.execute()
+    return notebook
+
+
+def traceback_text(cell):
+    error = next(o for o in cell.outputs if o.output_type == "error")
+    return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error.traceback))
+
+
+@pytest.mark.parametrize("index", [1, 2])
+def test_a_failed_check_shows_the_students_line_and_the_message_not_the_helpers_frames(executed, index):
+    text = traceback_text(executed.cells[index])
+    assert "checks.py" not in text and "contextlib" not in text
+    frames = [line for line in text.splitlines() if line.startswith(("Cell In", "File "))]
+    assert frames == [f"Cell In[{index + 1}], line {2 if index == 1 else 1}"]
+    assert text.splitlines()[-1] in ("Greatest absolute difference: 1 at index (1,)", "expected ValueError, but nothing was raised")
+
+
+def test_the_students_own_frames_stay_in_the_traceback(executed):
+    text = traceback_text(executed.cells[5])
+    assert [line for line in text.splitlines() if line.startswith(("Cell In", "File "))] == [
+        "Cell In[6], line 3",
+        "Cell In[6], line 2, in f()",
+    ]
+
+
+def test_only_a_cell_whose_checks_all_pass_says_so(executed):
+    said = ["".join(o.text for o in c.outputs if o.output_type == "stream") for c in executed.cells]
+    assert said == ["", "", "", PASSED_LINE + "\n", "no checks here\n", ""]

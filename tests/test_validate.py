@@ -1,0 +1,87 @@
+"""`python -m autograder validate`: nbgrader's validation, told truthfully (which test cells fail, why, exit status)."""
+
+import shutil
+
+import nbformat
+import pytest
+
+from autograder.course import ROOT, Course, grade_id, is_autograder_tests, read_notebook
+from autograder.samples import samples
+from autograder.validate import validate
+
+ASSIGNMENT = "01_tensors"
+WRONG = ("task_2_2_zero_negatives", "def zero_negatives_(x):\n    return x.abs_()\n")
+UNANSWERED = "task_3_1_hwc_to_chw"
+WARNS = (
+    "task_5_1_tensor_nbytes",
+    "import warnings\n\ndef tensor_nbytes(t):\n    warnings.warn('counting bytes')\n"
+    "    return t.numel() * t.element_size()\n",
+)
+
+
+def reference_submission(assignment_id: str) -> nbformat.NotebookNode:
+    """The release notebook with the reference solutions filled in (as the sample submissions compose it)."""
+    return next(s.notebook for s in samples(Course(ROOT), assignment_id) if s.student_id == "reference")
+
+
+def solved_with_mistakes(*, warning: bool = True) -> nbformat.NotebookNode:
+    """01_tensors solved, except one wrong answer (WRONG), one task left as released (UNANSWERED) and,
+    with ``warning``, one correct answer that warns (WARNS)."""
+    release = read_notebook(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    notebook = reference_submission(ASSIGNMENT)
+    stubs = {grade_id(c): c.source for c in release.cells}
+    for cell in notebook.cells:
+        name = grade_id(cell)
+        if name == f"{WRONG[0]}_solution":
+            cell.source = WRONG[1]
+        elif name == f"{UNANSWERED}_solution":
+            cell.source = stubs[name]
+        elif name == f"{WARNS[0]}_solution" and warning:
+            cell.source = WARNS[1]
+    return notebook
+
+
+@pytest.fixture(scope="module")
+def student_folder(tmp_path_factory):
+    """A student's copy of release/01_tensors/ holding the released, the solved and the mistaken notebook."""
+    folder = tmp_path_factory.mktemp("student") / ASSIGNMENT
+    shutil.copytree(ROOT / "release" / ASSIGNMENT, folder)  # checks.py is copied, not linked
+    nbformat.write(reference_submission(ASSIGNMENT), folder / "solved.ipynb")
+    nbformat.write(solved_with_mistakes(), folder / "mistakes.ipynb")
+    return folder
+
+
+def test_validate_names_the_wrong_the_unanswered_and_the_warning_cell_and_why(student_folder):
+    path = student_folder / "mistakes.ipynb"
+    before = path.read_bytes()
+    validation = validate(path)
+    assert list(validation.failed) == [WRONG[0], UNANSWERED, WARNS[0]]
+    assert validation.failed[UNANSWERED].startswith("not answered yet (NotImplementedError)")
+    assert validation.failed[WRONG[0]].startswith("AssertionError: x after zero_negatives_(x)")
+    assert validation.failed[WARNS[0]].startswith("every check passed, but the cell wrote to the error stream")
+    assert "UserWarning: counting bytes" in validation.failed[WARNS[0]]
+    tests = [grade_id(c) for c in read_notebook(path).cells if is_autograder_tests(c)]
+    assert validation.passed == [name for name in tests if name not in validation.failed]
+    assert not validation.ok
+    assert path.read_bytes() == before
+
+
+def test_validate_exits_0_on_the_solved_notebook_and_1_on_the_released_one(student_folder, cli):
+    solved = cli("validate", str(student_folder / "solved.ipynb"))
+    assert solved.returncode == 0, solved.stdout + solved.stderr
+    assert solved.stdout.strip().endswith("solved.ipynb: all 9 test cells pass")
+    assert solved.stderr == ""
+    released = cli("validate", str(student_folder / f"{ASSIGNMENT}.ipynb"))
+    assert released.returncode == 1, released.stdout + released.stderr
+    assert f"{ASSIGNMENT}.ipynb: 0 of 9 test cells pass" in released.stdout
+    assert released.stdout.count("FAIL  ") == 9
+
+
+def test_validate_says_which_test_cell_was_edited(student_folder, cli):
+    notebook = read_notebook(student_folder / "solved.ipynb")
+    tests = next(c for c in notebook.cells if is_autograder_tests(c))
+    tests.source = "pass"
+    nbformat.write(notebook, student_folder / "edited.ipynb")
+    edited = cli("validate", str(student_folder / "edited.ipynb"))
+    assert edited.returncode == 1
+    assert f"EDITED  {grade_id(tests)}: this test cell was edited" in edited.stdout
