@@ -131,7 +131,7 @@ def place(course: Course, submission: Submission, *, release: NotebookNode) -> P
         submission.notes.append(f"no {expected} among the notebooks submitted ({names}): graded as blank")
         normalised = structure.Normalised(notebook=structure.blank(release), readable=False)
     else:
-        normalised = structure.normalise(chosen.read_bytes(), release=release)
+        normalised = structure.normalise_file(chosen, release=release)
     nbformat.write(normalised.notebook, destination / expected)
     submission.notes.extend(normalised.repairs)
     if normalised.review:

@@ -7,7 +7,8 @@ import nbformat
 import pytest
 
 from autograder.course import ROOT, grade_id, is_autograder_tests, is_solution, read_notebook
-from autograder.structure import normalise
+from autograder.structure import normalise, normalise_file
+from hostile.malformed_notebooks import MALFORMED
 
 RELEASE = read_notebook(ROOT / "release" / "01_tensors" / "01_tensors.ipynb")
 SOLUTION = next(c for c in RELEASE.cells if is_solution(c) and c.cell_type == "code")
@@ -182,3 +183,12 @@ def test_a_kernelspec_of_the_wrong_type_is_replaced_and_the_answers_kept():
     result = normalise(json.dumps(data).encode(), release=RELEASE)
     assert result.readable and result.repairs == ["notebook metadata kernelspec changed: the release's is used"]
     assert sources(result.notebook) == expected_sources(**{grade_id(SOLUTION): ANSWER})
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_a_hostile_file_is_one_invalid_notebook_not_a_crash(name, tmp_path):
+    path = tmp_path / "01_tensors.ipynb"
+    path.write_bytes(MALFORMED[name](RELEASE))
+    result = normalise_file(path, release=RELEASE)
+    assert not result.readable and result.repairs[0].startswith("not a readable notebook: ")
+    assert sources(result.notebook) == expected_sources()
