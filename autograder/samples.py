@@ -25,6 +25,11 @@ Escapes (``[[escape]]`` tables in the same files, ``attempt`` instead of
 kernel's folder for what grading keeps from students (the instructor's
 source/); in the sandbox they find nothing and must lose ``loses``.
 
+Self-scorers (``[[scores_itself]]`` tables in the same files, ``trick`` and
+``status``; student ids ``scored_<name>``) make the kernel send an
+``execute_result`` while a test cell runs, which stock nbgrader reads as the
+cell's score; the cells in ``loses`` must score 0, the others exactly their points.
+
 Valid alternatives (``[[valid_alternative]]`` tables in the wrong answers'
 file: ``name``, ``cell``, ``note`` saying how it differs, ``source``; no
 ``loses``; student ids ``valid_<name>``) are other correct solutions, which
@@ -134,6 +139,7 @@ VARIANT_FILES = {
     "hostile": (HOSTILE_DIR, "hostile"),
     "stops": (HOSTILE_DIR, "stops_kernel"),
     "escape": (HOSTILE_DIR, "escape"),
+    "scored": (HOSTILE_DIR, "scores_itself"),
 }
 """Student-id prefix -> (folder of ``<assignment_id>.toml`` files, name of their tables)."""
 
