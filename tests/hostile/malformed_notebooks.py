@@ -25,8 +25,8 @@ def _deep(depth):
 
 
 def _markdown_attachment(data, value):
-    written = [c for c in data["cells"] if c["cell_type"] == "markdown" and c["metadata"].get("nbgrader", {}).get("solution")]
-    cell = written[0]
+    solutions = [c for c in data["cells"] if c["metadata"].get("nbgrader", {}).get("solution")]
+    cell = next(c for c in solutions if c["cell_type"] == "markdown")
     cell["attachments"] = {"answer.png": {"image/png": value}}
 
 
