@@ -30,6 +30,11 @@ Self-scorers (``[[scores_itself]]`` tables in the same files, ``trick`` and
 ``execute_result`` while a test cell runs, which stock nbgrader reads as the
 cell's score; the cells in ``loses`` must score 0, the others exactly their points.
 
+Leaks (``[[leaks_hidden_tests]]`` tables, ``trick`` and ``status``; student
+ids ``leaks_<name>``; ``loses`` may be empty) print what the kernel holds of
+the hidden tests, each print marked ``LEAKED``: the feedback page must show
+none of it.
+
 Valid alternatives (``[[valid_alternative]]`` tables in the wrong answers'
 file: ``name``, ``cell``, ``note`` saying how it differs, ``source``; no
 ``loses``; student ids ``valid_<name>``) are other correct solutions, which
@@ -110,7 +115,7 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
         unknown = [name for name in loses if name not in points]
         if kind == "valid" and loses:
             raise CourseError(f"{what} is a valid alternative but loses {loses}")
-        if kind != "valid" and not loses:
+        if kind not in ("valid", "leaks") and not loses:
             raise CourseError(f"{what} loses no test cell")
         if variant["cell"] not in solutions or unknown:
             raise CourseError(f"{what} names unknown cells: {variant['cell']!r} {unknown}")
@@ -140,6 +145,7 @@ VARIANT_FILES = {
     "stops": (HOSTILE_DIR, "stops_kernel"),
     "escape": (HOSTILE_DIR, "escape"),
     "scored": (HOSTILE_DIR, "scores_itself"),
+    "leaks": (HOSTILE_DIR, "leaks_hidden_tests"),
 }
 """Student-id prefix -> (folder of ``<assignment_id>.toml`` files, name of their tables)."""
 

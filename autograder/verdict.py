@@ -234,21 +234,26 @@ _REFERENCES: dict[tuple[str, str], dict[str, list[Any]]] = {}
 preprocessor instance for every notebook, and runs one autograde process per assignment and batch."""
 
 
+def reference_of(preprocessor: NbGraderPreprocessor, assignment_id: str) -> dict[str, list[Any]]:
+    """The reference's records of an assignment (``{grade_id: records}``) for an nbgrader preprocessor of the
+    course in its config (or the working folder): stored by the batch, else computed here, once per process."""
+    root = str(preprocessor.config.get("CourseDirectory", {}).get("root") or os.getcwd())
+    if (root, assignment_id) not in _REFERENCES:
+        course = Course(Path(root))
+        try:
+            _REFERENCES[(root, assignment_id)] = json.loads(stored_reference(course, assignment_id).read_text())
+        except (OSError, ValueError):  # not computed ahead by the batch
+            preprocessor.log.info("Running the reference solution of %s for its check records", assignment_id)
+            _REFERENCES[(root, assignment_id)] = reference_records(course, assignment_id)
+    return _REFERENCES[(root, assignment_id)]
+
+
 class CompareRecords(NbGraderPreprocessor):
     """nbgrader autograde preprocessor: fail every test cell whose records do not pass against the reference's,
     and leave nbgrader no output of a test cell to score but errors and stderr (:func:`unscored`)."""
 
     def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
-        assignment_id = resources["nbgrader"]["assignment"]
-        root = str(self.config.get("CourseDirectory", {}).get("root") or os.getcwd())
-        if (root, assignment_id) not in _REFERENCES:
-            course = Course(Path(root))
-            try:
-                _REFERENCES[(root, assignment_id)] = json.loads(stored_reference(course, assignment_id).read_text())
-            except (OSError, ValueError):  # not computed ahead by the batch
-                self.log.info("Running the reference solution of %s for its check records", assignment_id)
-                _REFERENCES[(root, assignment_id)] = reference_records(course, assignment_id)
-        reference = _REFERENCES[(root, assignment_id)]
+        reference = reference_of(self, resources["nbgrader"]["assignment"])
         for cell in nb.cells:
             if not is_autograder_tests(cell):
                 continue

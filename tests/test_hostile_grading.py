@@ -1,23 +1,40 @@
 """Hostile submissions of 01_tensors graded together through the real pipeline (one module-scoped run):
-self-scorers earn exactly what the verdict gives, malformed files are each one student's invalid notebook.
+self-scorers earn exactly what the verdict gives, malformed files are each one student's invalid notebook,
+leaks of the hidden tests reach no feedback page.
 
 The stored executions (``executed/``, the kernel's outputs before the verdict) show that each trick works
 on stock nbgrader: scored by ``determine_grade`` as they came from the kernel, they earn points they must not.
 """
 
+import html
+import re
+
 import nbformat
 import pytest
 from nbgrader.utils import determine_grade
 
-from autograder.course import ROOT, Course, copy_course, grade_id, is_autograder_tests, is_solution
+from autograder.course import (
+    HIDDEN_TEST_MARKERS,
+    ROOT,
+    Course,
+    copy_course,
+    grade_id,
+    is_autograder_tests,
+    is_solution,
+    read_notebook,
+)
 from autograder.demo import mismatches_of
 from autograder.execute import STORE
+from autograder.feedback import REDACTED
 from autograder.grade import grade
 from autograder.samples import samples, write_download
 from hostile.malformed_notebooks import MALFORMED
 
 ASSIGNMENT = "01_tensors"
-SCORED = [s for s in samples(Course(ROOT), ASSIGNMENT) if s.student_id.startswith("scored_")]
+ALL = samples(Course(ROOT), ASSIGNMENT)
+REFERENCE = next(s for s in ALL if s.student_id == "reference")
+SCORED = [s for s in ALL if s.student_id.startswith("scored_")]
+LEAKS = [s for s in ALL if s.student_id.startswith("leaks_")]
 FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_bytes"]
 """Malformed files among the graded (every one of MALFORMED is checked in test_structure)."""
 
@@ -26,7 +43,7 @@ FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_
 def graded(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("hostile")
     course = copy_course(Course(ROOT), scratch / "course")
-    download = write_download(SCORED, scratch / "download")
+    download = write_download([REFERENCE, *SCORED, *LEAKS], scratch / "download")
     release = nbformat.read(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     for name in FILES:
         path = download / f"malformed_{name}" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
@@ -49,6 +66,60 @@ def test_a_self_scorer_earns_exactly_what_the_verdict_gives(graded, sample):
 @pytest.mark.parametrize("sample", SCORED, ids=[s.student_id for s in SCORED])
 def test_the_trick_earns_points_from_stock_nbgrader(graded, sample):
     course, _ = graded
+    unearned = {
+        grade_id(cell): determine_grade(cell)[0]
+        for cell in stored_execution(course, sample).cells
+        if is_autograder_tests(cell) and determine_grade(cell)[0] > sample.expected[grade_id(cell)]
+    }
+    assert unearned != {}
+
+
+def test_there_are_leaks():
+    assert len(LEAKS) >= 5
+
+
+@pytest.mark.parametrize("sample", LEAKS, ids=[s.student_id for s in LEAKS])
+def test_a_leak_of_the_hidden_tests_reaches_no_feedback_page(graded, sample):
+    course, results = graded
+    assert mismatches_of(results[sample.student_id], sample) == []
+    leaked = [cell for cell in stored_execution(course, sample).cells if "LEAKED" in str(cell.get("outputs"))]
+    assert leaked, "the kernel's outputs show no leak"
+    page = page_text(course, sample.student_id)
+    assert "LEAKED" not in page and REDACTED in page
+    assert [line for line in HIDDEN_LINES if line in page] == []
+
+
+def test_an_honest_feedback_page_loses_no_output_and_the_reference_full_marks(graded):
+    course, results = graded
+    assert mismatches_of(results["reference"], REFERENCE) == []
+    assert REDACTED not in page_text(course, "reference")
+
+
+def page_text(course, student_id):
+    """A student's feedback page as text (tags dropped, entities decoded)."""
+    path = course.root / "feedback" / student_id / ASSIGNMENT / f"{ASSIGNMENT}.html"
+    return html.unescape(re.sub(r"<[^>]*>", "", path.read_text()))
+
+
+def hidden_test_lines() -> list[str]:
+    """The hidden tests' lines of 10 characters or more that the release does not show anyway."""
+    release_notebook = read_notebook(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    release = "\n".join(cell.source for cell in release_notebook.cells)
+    lines = []
+    for cell in read_notebook(ROOT / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").cells:
+        inside = False
+        for line in cell.source.splitlines():
+            inside = (inside or line.strip() == HIDDEN_TEST_MARKERS[0]) and line.strip() != HIDDEN_TEST_MARKERS[1]
+            if inside and len(line.strip()) >= 10 and line.strip() not in release:
+                lines.append(line.strip())
+    return lines
+
+
+HIDDEN_LINES = hidden_test_lines()
+
+
+def stored_execution(course, sample):
+    """The notebook the batch executed for ``sample`` (the kernel's outputs, before the verdict)."""
     answers = solutions(sample.notebook)
     executed = [
         notebook
@@ -57,12 +128,7 @@ def test_the_trick_earns_points_from_stock_nbgrader(graded, sample):
         if solutions(notebook) == answers
     ]
     assert len(executed) == 1
-    unearned = {
-        grade_id(cell): determine_grade(cell)[0]
-        for cell in executed[0].cells
-        if is_autograder_tests(cell) and determine_grade(cell)[0] > sample.expected[grade_id(cell)]
-    }
-    assert unearned != {}
+    return executed[0]
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -70,7 +136,7 @@ def test_a_malformed_file_is_one_invalid_notebook_and_the_batch_is_graded(graded
     _, results = graded
     result = results[f"malformed_{name}"]
     assert result.status == "invalid notebook" and result.score == 0 and result.tasks
-    assert len(results) == len(SCORED) + len(FILES)
+    assert len(results) == 1 + len(SCORED) + len(LEAKS) + len(FILES)
 
 
 def solutions(notebook):
