@@ -33,7 +33,9 @@ cell's score; the cells in ``loses`` must score 0, the others exactly their poin
 Leaks (``[[leaks_hidden_tests]]`` tables, ``trick`` and ``status``; student
 ids ``leaks_<name>``; ``loses`` may be empty) print what the kernel holds of
 the hidden tests, each print marked ``LEAKED``: the feedback page must show
-none of it.
+none of it. HTML injectors (``[[injects_html]]``, the same fields, ids
+``html_<name>``) put scripts and event handlers in answers and outputs: the
+feedback page must carry none of them as markup.
 
 Valid alternatives (``[[valid_alternative]]`` tables in the wrong answers'
 file: ``name``, ``cell``, ``note`` saying how it differs, ``source``; no
@@ -115,7 +117,7 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
         unknown = [name for name in loses if name not in points]
         if kind == "valid" and loses:
             raise CourseError(f"{what} is a valid alternative but loses {loses}")
-        if kind not in ("valid", "leaks") and not loses:
+        if kind not in ("valid", "leaks", "html") and not loses:
             raise CourseError(f"{what} loses no test cell")
         if variant["cell"] not in solutions or unknown:
             raise CourseError(f"{what} names unknown cells: {variant['cell']!r} {unknown}")
@@ -146,6 +148,7 @@ VARIANT_FILES = {
     "escape": (HOSTILE_DIR, "escape"),
     "scored": (HOSTILE_DIR, "scores_itself"),
     "leaks": (HOSTILE_DIR, "leaks_hidden_tests"),
+    "html": (HOSTILE_DIR, "injects_html"),
 }
 """Student-id prefix -> (folder of ``<assignment_id>.toml`` files, name of their tables)."""
 

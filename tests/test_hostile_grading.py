@@ -1,6 +1,6 @@
 """Hostile submissions of 01_tensors graded together through the real pipeline (one module-scoped run):
 self-scorers earn exactly what the verdict gives, malformed files are each one student's invalid notebook,
-leaks of the hidden tests reach no feedback page.
+leaks of the hidden tests reach no feedback page, students' markup reaches it only as text.
 
 The stored executions (``executed/``, the kernel's outputs before the verdict) show that each trick works
 on stock nbgrader: scored by ``determine_grade`` as they came from the kernel, they earn points they must not.
@@ -35,6 +35,7 @@ ALL = samples(Course(ROOT), ASSIGNMENT)
 REFERENCE = next(s for s in ALL if s.student_id == "reference")
 SCORED = [s for s in ALL if s.student_id.startswith("scored_")]
 LEAKS = [s for s in ALL if s.student_id.startswith("leaks_")]
+INJECTORS = [s for s in ALL if s.student_id.startswith("html_")]
 FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_bytes"]
 """Malformed files among the graded (every one of MALFORMED is checked in test_structure)."""
 
@@ -43,7 +44,7 @@ FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_
 def graded(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("hostile")
     course = copy_course(Course(ROOT), scratch / "course")
-    download = write_download([REFERENCE, *SCORED, *LEAKS], scratch / "download")
+    download = write_download([REFERENCE, *SCORED, *LEAKS, *INJECTORS], scratch / "download")
     release = nbformat.read(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     for name in FILES:
         path = download / f"malformed_{name}" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
@@ -95,6 +96,19 @@ def test_an_honest_feedback_page_loses_no_output_and_the_reference_full_marks(gr
     assert REDACTED not in page_text(course, "reference")
 
 
+INJECTED = re.compile(r"<script[^>]*>[^<]*html_injected|<img[^>]*onerror|href=\"?javascript:", re.IGNORECASE)
+"""The injectors' payloads as live markup (a script, an event handler, a javascript: link)."""
+
+
+@pytest.mark.parametrize("sample", INJECTORS, ids=[s.student_id for s in INJECTORS])
+def test_a_students_markup_reaches_the_feedback_page_only_as_text(graded, sample):
+    course, results = graded
+    assert mismatches_of(results[sample.student_id], sample) == []
+    raw = (course.root / "feedback" / sample.student_id / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert INJECTED.findall(raw) == []
+    assert "html_injected" in page_text(course, sample.student_id)
+
+
 def page_text(course, student_id):
     """A student's feedback page as text (tags dropped, entities decoded)."""
     path = course.root / "feedback" / student_id / ASSIGNMENT / f"{ASSIGNMENT}.html"
@@ -136,7 +150,7 @@ def test_a_malformed_file_is_one_invalid_notebook_and_the_batch_is_graded(graded
     _, results = graded
     result = results[f"malformed_{name}"]
     assert result.status == "invalid notebook" and result.score == 0 and result.tasks
-    assert len(results) == 1 + len(SCORED) + len(LEAKS) + len(FILES)
+    assert len(results) == 1 + len(SCORED) + len(LEAKS) + len(INJECTORS) + len(FILES)
 
 
 def solutions(notebook):
