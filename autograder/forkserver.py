@@ -166,7 +166,11 @@ def _clean_up(uid: int, kept: set[str]) -> None:
 
 
 def _processes_of(uid: int) -> list[int]:
-    """Live (not zombie) processes whose real user id is ``uid``, from /proc."""
+    """Processes whose real user id is ``uid`` with a thread that is not a zombie, from /proc.
+
+    A process whose main thread ended (``SYS_exit``, not ``exit_group``) while its other threads run shows
+    ``State: Z`` in ``/proc/PID/status``, yet is alive: each thread's state is read from ``/proc/PID/task``.
+    """
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -174,11 +178,20 @@ def _processes_of(uid: int) -> list[int]:
         try:
             with open(f"/proc/{entry.name}/status") as status:
                 fields = dict(line.split(":", 1) for line in status if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid and any(
+                not _state(f"/proc/{entry.name}/task/{task}").startswith("Z")
+                for task in os.listdir(f"/proc/{entry.name}/task")
+            ):
+                found.append(int(entry.name))
         except OSError:
             continue  # gone meanwhile
-        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
-            found.append(int(entry.name))
     return found
+
+
+def _state(folder: str) -> str:
+    """The ``State`` field of ``folder/status`` (a process's or a thread's): ``R``, ``S``, ``Z`` ..."""
+    with open(f"{folder}/status") as status:
+        return next(line.split(":", 1)[1].strip() for line in status if line.startswith("State:"))
 
 
 def _empty_tmp(kept: set[str]) -> None:
