@@ -182,3 +182,17 @@ def test_a_process_whose_main_thread_ended_is_killed_before_the_next_kernel():
     first = run(SETUP, leave)[1]
     second = run(SETUP, "time.sleep(4)\nprint(os.path.exists('/tmp/planted'))", timeout=10)[1]
     assert printed(first) == "Z\n" and printed(second) == "False\n"
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_each_forked_kernel_has_its_own_network_mounts_and_tmp():
+    """A forked kernel has a network namespace of its own (its Unix sockets list lacks the server's control socket)
+    and a /tmp of its own (a tmpfs mounted over the server's); its loopback is up."""
+    look = (
+        "import socket\n"
+        "print(sum(line.split()[4] == '/tmp' for line in open('/proc/self/mountinfo')))\n"
+        "print('control/socket' in open('/proc/net/unix').read())\n"
+        "listening = socket.create_server(('127.0.0.1', 0))\n"
+        "print(socket.create_connection(listening.getsockname()).getpeername()[0])"
+    )
+    assert printed(run(SETUP, look)[1]) == "2\nFalse\n127.0.0.1\n"
