@@ -35,7 +35,9 @@ ids ``leaks_<name>``; ``loses`` may be empty) print what the kernel holds of
 the hidden tests, each print marked ``LEAKED``: the feedback page must show
 none of it. HTML injectors (``[[injects_html]]``, the same fields, ids
 ``html_<name>``) put scripts and event handlers in answers and outputs: the
-feedback page must carry none of them as markup.
+feedback page must carry none of them as markup. Cross-student attackers
+(``[[harms_others]]``, ids ``cross_<name>``) try to reach the students graded
+after them by the same worker; those must get exactly their grades.
 
 Valid alternatives (``[[valid_alternative]]`` tables in the wrong answers'
 file: ``name``, ``cell``, ``note`` saying how it differs, ``source``; no
@@ -149,6 +151,7 @@ VARIANT_FILES = {
     "scored": (HOSTILE_DIR, "scores_itself"),
     "leaks": (HOSTILE_DIR, "leaks_hidden_tests"),
     "html": (HOSTILE_DIR, "injects_html"),
+    "cross": (HOSTILE_DIR, "harms_others"),
 }
 """Student-id prefix -> (folder of ``<assignment_id>.toml`` files, name of their tables)."""
 

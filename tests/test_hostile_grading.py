@@ -8,6 +8,11 @@ on stock nbgrader: scored by ``determine_grade`` as they came from the kernel, t
 
 import html
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -36,6 +41,8 @@ REFERENCE = next(s for s in ALL if s.student_id == "reference")
 SCORED = [s for s in ALL if s.student_id.startswith("scored_")]
 LEAKS = [s for s in ALL if s.student_id.startswith("leaks_")]
 INJECTORS = [s for s in ALL if s.student_id.startswith("html_")]
+ATTACKERS = [s for s in ALL if s.student_id.startswith("cross_")]
+"""Graded first (student ids sort first, one worker), before every other sample of the run."""
 FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_bytes"]
 """Malformed files among the graded (every one of MALFORMED is checked in test_structure)."""
 
@@ -44,13 +51,13 @@ FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_
 def graded(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("hostile")
     course = copy_course(Course(ROOT), scratch / "course")
-    download = write_download([REFERENCE, *SCORED, *LEAKS, *INJECTORS], scratch / "download")
+    download = write_download([REFERENCE, *SCORED, *LEAKS, *INJECTORS, *ATTACKERS], scratch / "download")
     release = nbformat.read(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     for name in FILES:
         path = download / f"malformed_{name}" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
         path.parent.mkdir(parents=True)
         path.write_bytes(MALFORMED[name](release))
-    grading = grade(course, download)
+    grading = grade(course, download, workers=1)
     return course, {result.student_id: result for result in grading.results}
 
 
@@ -88,6 +95,14 @@ def test_a_leak_of_the_hidden_tests_reaches_no_feedback_page(graded, sample):
     page = page_text(course, sample.student_id)
     assert "LEAKED" not in page and REDACTED in page
     assert [line for line in HIDDEN_LINES if line in page] == []
+
+
+def test_cross_student_attackers_graded_first_harm_nobody_after_them(graded):
+    _, results = graded
+    assert ATTACKERS and min(results) == ATTACKERS[0].student_id  # the first graded by the one worker
+    wrong = [line for sample in [*ATTACKERS, REFERENCE, *SCORED, *LEAKS, *INJECTORS]
+             for line in mismatches_of(results[sample.student_id], sample)]
+    assert wrong == []
 
 
 def test_an_honest_feedback_page_loses_no_output_and_the_reference_full_marks(graded):
@@ -150,8 +165,68 @@ def test_a_malformed_file_is_one_invalid_notebook_and_the_batch_is_graded(graded
     _, results = graded
     result = results[f"malformed_{name}"]
     assert result.status == "invalid notebook" and result.score == 0 and result.tasks
-    assert len(results) == 1 + len(SCORED) + len(LEAKS) + len(INJECTORS) + len(FILES)
+    assert len(results) == 1 + len(SCORED) + len(LEAKS) + len(INJECTORS) + len(ATTACKERS) + len(FILES)
 
 
 def solutions(notebook):
     return [cell.source for cell in notebook.cells if is_solution(cell)]
+
+
+def test_a_run_interrupted_then_terminated_leaves_no_process_behind(tmp_path):
+    """SIGINT, then SIGTERM 3 s later (as a CI runner or a test harness does), while kernels run: no worker,
+    nbgrader, fork server or kernel of the run is left."""
+    course = copy_course(Course(ROOT), tmp_path / "course")
+    chosen = [REFERENCE, *SCORED[:2]]
+    download = write_download(chosen, tmp_path / "download")
+    command = [sys.executable, "-m", "autograder", "--course", str(course.root), "grade", str(download)]
+    run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while not any(uid >= KERNEL_UIDS for uid in descendants(run.pid).values()):
+            assert run.poll() is None and time.monotonic() < deadline, "no kernel started"
+            time.sleep(0.2)
+        started = descendants(run.pid)
+        run.send_signal(signal.SIGINT)
+        time.sleep(3)
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=30)
+    finally:
+        run.kill()
+    deadline = time.monotonic() + 15
+    while (left := [pid for pid in started if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], f"{len(left)} of the run's {len(started)} processes were left"
+
+
+KERNEL_UIDS = 200_000
+"""Kernels run as users from here up (autograder.sandbox._default_uid)."""
+
+
+def descendants(root: int) -> dict[int, int]:
+    """``{pid: real uid}`` of every live process below ``root``, from /proc."""
+    parents, uids = {}, {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines() if ":" in line)
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields["PPid"])
+            uids[int(entry.name)] = int(fields["Uid"].split()[0])
+    found, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                found[pid] = uids[pid]
+                frontier.append(pid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that is not a zombie (an orphan whose new parent has not reaped it yet)."""
+    try:
+        state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State"))
+    except (OSError, StopIteration):
+        return False
+    return "Z" not in state.split(":", 1)[1].split()[0]
