@@ -48,6 +48,13 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
+# Students' HTML and JavaScript (markdown answers, text/html and text/markdown outputs) are sanitised by
+# nbconvert's SanitizeHTML (bleach: unsafe tags and attributes escaped, script-like outputs dropped) and
+# JavaScript outputs are not emitted (sanitize_html), wherever nbconvert's HTMLExporter renders a notebook
+# with this configuration: feedback pages, and formgrader, which builds its exporter from this config.
+c.HTMLExporter.preprocessors = ["nbconvert.preprocessors.sanitize.SanitizeHTML"]
+c.HTMLExporter.sanitize_html = True
+
 # Feedback: hidden tests' code and expected values never reach a student
 # (autograder/feedback.py); the rest is nbgrader's default.
 c.GenerateFeedback.preprocessors = [

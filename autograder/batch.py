@@ -44,7 +44,7 @@ from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateId
 from traitlets.config import Config, PyFileConfigLoader
 
 from . import verdict
-from .course import Course
+from .course import Course, die_with_parent
 from .execute import STORE, Execute, execution_key, folder_files, stored_path
 from .intake import Submission
 
@@ -234,7 +234,10 @@ def _executors(
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no event loop or threads inherited
-    with concurrent.futures.ProcessPoolExecutor(workers or default_workers(), mp_context=context) as local:
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers or default_workers(), mp_context=context, initializer=die_with_parent, initargs=(os.getpid(),)
+    )
+    with pool as local:
         if scheduler is None:
             yield local, local
             return

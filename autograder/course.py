@@ -9,8 +9,11 @@ lives in the course directory too, git-ignored.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -89,6 +92,24 @@ def copy_course(course: Course, destination: Path) -> Course:
     return Course(destination)
 
 
+def die_with_parent(parent: int) -> None:
+    """Make this process get SIGKILL when its parent ends (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing), and end
+    at once if the parent, process id ``parent``, is already gone.
+
+    For what a grading run starts (nbgrader's commands, the batch's workers): a run that ends in any way (Ctrl-C,
+    SIGTERM, its own parent killed) leaves none of them behind, nor, through bwrap's ``--die-with-parent`` and PID
+    namespace, the fork servers and kernels they started. The signal follows the death of the parent *thread* that
+    started this process: start it from a thread that lives as long as the run (the main thread).
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def run_nbgrader(course: Course, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``nbgrader ARGS`` in the course directory with this interpreter; never raises on failure.
 
@@ -109,7 +130,15 @@ def run_nbgrader(course: Course, *args: str, env: dict[str, str] | None = None) 
         **(env or {}),
     }
     environment.pop("MPLBACKEND", None)
-    return subprocess.run(command, cwd=course.root, env=environment, capture_output=True, text=True, check=False)
+    return subprocess.run(
+        command,
+        cwd=course.root,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+        preexec_fn=functools.partial(die_with_parent, os.getpid()),
+    )
 
 
 def generate_assignment(course: Course, assignment_id: str, *, release_dir: Path, db_url: str) -> Path:

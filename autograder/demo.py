@@ -59,7 +59,8 @@ def demo(
 def summary(assignment_ids: list[str], problems: dict[tuple[str, str], list[str]]) -> str:
     """One row per assignment and a total: how many samples of each kind graded as they must (``got/all``)."""
     kinds = [("reference", "reference at full marks"), ("unchanged_release", "release at zero")]
-    kinds += [("wrong_", "wrong answers caught"), ("hostile_", "hostile caught")]
+    hostile = ("hostile_", "scored_", "leaks_", "html_", "cross_")
+    kinds += [("wrong_", "wrong answers caught"), (hostile, "hostile caught")]
     kinds += [("stops_", "kernel stops contained"), ("escape_", "escapes contained")]
     kinds += [("valid_", "valid alternatives kept")]
     header = ["assignment", *(title for _, title in kinds)]

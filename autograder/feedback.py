@@ -19,19 +19,38 @@ runs before the page is rendered and, in every autograder-tests cell:
 
 The student still sees which tasks passed and failed, and why the visible
 tests failed.
+
+What a cell prints is the student's to choose, and the kernel holds the
+hidden tests' text (IPython's input history ``In``/``_ih``, ``%history``, the
+check helpers' ``records``, an exception quoting the current cell, the
+variables a hidden test left). So, whatever output carries it, every output of
+every code cell is also checked by content (:class:`Secrets`): one that
+quotes a hidden test's line (as written, or escaped as ``repr`` and JSON
+escape it) or holds a hidden check's expected values (its strings, or its
+numbers in order, as any printing of the tensor shows them) is replaced by a
+note saying it was removed. Short lines and values (under
+:data:`MIN_SECRET_CHARS` characters, :data:`MIN_SECRET_NUMBERS` numbers) and
+arrays of whole numbers are not secrets (an answer ``"a"`` of four choices, or
+``arange(12)``, cannot be hidden by content: the course shows such values
+itself), and an encoding the student makes up (base64 of ``In``) is not
+recognised.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from dataclasses import dataclass, field
+from typing import Any
 
 import nbformat
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from .checks import RECORD_MIME_TYPE
-from .course import HIDDEN_TEST_MARKERS, is_autograder_tests
-from .verdict import MISMATCH
+from .course import HIDDEN_TEST_MARKERS, grade_id, is_autograder_tests
+from .verdict import MISMATCH, reference_of
 
 STDERR_NOTE = (
     "\nThis test cell wrote to the error stream (above: usually a warning from your code), "
@@ -44,17 +63,153 @@ SOURCE_LINE = re.compile(r"^\s*(?:-*>)?\s*(\d+) ")
 """A source line IPython quotes in a frame: ``      4 code`` or ``----> 4 code``."""
 
 
+MIN_SECRET_CHARS = 10
+"""A hidden line or expected string of fewer characters (spaces at its ends not counted) is not looked for."""
+MIN_SECRET_NUMBERS = 6
+"""A hidden expected array of fewer numbers, or of whole numbers only (counts, indices, one-hot rows, ranges:
+what the course's own examples print too), is not looked for."""
+REDACTED = "[output removed from the feedback: it showed text or values of a hidden test]"
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """What of an assignment's hidden tests no feedback output may carry."""
+
+    texts: frozenset[str] = frozenset()
+    """Hidden lines and expected strings, each as written and as ``repr`` and JSON escape it."""
+    numbers: tuple[tuple[float, ...], ...] = ()
+    """The numbers of each hidden expected array, flattened in order."""
+
+    def found_in(self, output: NotebookNode) -> bool:
+        """Whether an output's text (any MIME type but images, tracebacks without colours) carries a secret."""
+        text = _text(output)
+        if any(secret in text for secret in self.texts):
+            return True
+        found = [float(match) for match in NUMBER.findall(text)] if self.numbers else []
+        return any(_contains(found, numbers) for numbers in self.numbers)
+
+
+def secrets(notebook: NotebookNode, reference: dict[str, list[Any]]) -> Secrets:
+    """The :class:`Secrets` of an autograded notebook: its test cells' hidden lines, and the expected values of
+    the reference's records (``{grade_id: records}``, see :mod:`autograder.verdict`) whose label its cell's
+    visible part does not name; minus anything the notebook shows anyway (visible lines, the student's code)."""
+    visible = "\n".join(
+        visible_source(cell.source) if is_autograder_tests(cell) else cell.source for cell in notebook.cells
+    )
+    texts: set[str] = set()
+    numbers: list[tuple[float, ...]] = []
+    for cell in notebook.cells:
+        if not is_autograder_tests(cell):
+            continue
+        hidden = hidden_lines(cell.source)
+        lines = [line for number, line in enumerate(cell.source.splitlines(), 1) if number in hidden]
+        shown_here = visible_source(cell.source)
+        records = reference.get(grade_id(cell), [])
+        expected = [record.get("expected") for record in records if str(record.get("label")) not in shown_here]
+        strings, arrays = _leaves(expected)
+        texts.update(text for text in [*lines, *strings] if len(text.strip()) >= MIN_SECRET_CHARS)
+        numbers.extend(a for a in arrays if len(a) >= MIN_SECRET_NUMBERS and any(not x.is_integer() for x in a))
+    texts = {text.strip() for text in texts if text.strip() not in visible and text.strip() not in HIDDEN_TEST_MARKERS}
+    quoted = {form for text in texts for form in (text, json.dumps(text)[1:-1], repr(text)[1:-1], _escaped(text))}
+    return Secrets(frozenset(quoted), tuple(numbers))
+
+
+def _escaped(text: str) -> str:
+    """``text`` as ``repr`` writes it inside a string quoted with ``'`` (``repr(text)`` may choose ``"``)."""
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _leaves(value: Any) -> tuple[list[str], list[tuple[float, ...]]]:
+    """The strings in an encoded value, and its lists of numbers flattened (one per outermost list)."""
+    strings: list[str] = []
+    arrays: list[tuple[float, ...]] = []
+
+    def walk(item: Any) -> None:
+        if isinstance(item, str):
+            strings.append(item)
+        elif isinstance(item, dict):
+            for child in item.values():
+                walk(child)
+        elif isinstance(item, list):
+            flat = _flat_numbers(item)
+            if flat is not None:
+                arrays.append(flat)
+            else:
+                for child in item:
+                    walk(child)
+
+    walk(value)
+    return strings, arrays
+
+
+def _flat_numbers(item: Any) -> tuple[float, ...] | None:
+    """A nested list of numbers (booleans as 0 and 1) flattened, or None if it holds anything else."""
+    if isinstance(item, list):
+        flat: list[float] = []
+        for child in item:
+            inner = _flat_numbers(child)
+            if inner is None:
+                return None
+            flat.extend(inner)
+        return tuple(flat)
+    if isinstance(item, (bool, int, float)) and math.isfinite(item):
+        return (float(item),)
+    return None
+
+
+def _contains(found: list[float], numbers: tuple[float, ...]) -> bool:
+    """Whether ``numbers`` appear in ``found`` one after another, each as printed at 4 decimals or better."""
+
+    def same(a: float, b: float) -> bool:
+        return abs(a - b) <= 1e-4 * max(1.0, abs(b))
+
+    last = len(found) - len(numbers)
+    return any(
+        all(same(found[start + k], numbers[k]) for k in range(len(numbers)))
+        for start in range(last + 1)
+        if same(found[start], numbers[0])
+    )
+
+
+def _text(output: NotebookNode) -> str:
+    parts: list[Any] = [output.get("text", ""), output.get("ename", ""), output.get("evalue", "")]
+    parts += output.get("traceback", [])
+    parts += [value for mime, value in output.get("data", {}).items() if not mime.startswith("image/")]
+    return ANSI.sub("", "\n".join(p if isinstance(p, str) else json.dumps(p) for p in parts))
+
+
+def redacted(output: NotebookNode) -> NotebookNode:
+    """What the feedback shows in place of an output that carries a secret (an error stays an error)."""
+    if output.get("output_type") == "error":
+        return nbformat.v4.new_output("error", ename=output.get("ename", ""), evalue=REDACTED, traceback=[REDACTED])
+    return nbformat.v4.new_output("stream", name="stdout", text=REDACTED + "\n")
+
+
 class HideHiddenTests(NbGraderPreprocessor):
     """nbgrader preprocessor for generate_feedback: hidden tests and their expected values never reach a student."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.secrets = Secrets()
+        """What this notebook's outputs may not carry (set per notebook by :meth:`preprocess`)."""
+
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        self.secrets = secrets(nb, reference_of(self, resources["nbgrader"]["assignment"]))
+        return super().preprocess(nb, resources)
+
     def preprocess_cell(self, cell: NotebookNode, resources: dict, index: int) -> tuple[NotebookNode, dict]:
-        if cell.cell_type != "code" or not is_autograder_tests(cell):
+        if cell.cell_type != "code":
             return cell, resources
-        hidden = hidden_lines(cell.source)
-        cell.source = visible_source(cell.source)
-        cell.outputs = [shown(output, hidden) for output in cell.outputs if not is_record(output)]
-        if any(o.get("name") == "stderr" for o in cell.outputs) and not any(
-            o.get("output_type") == "error" for o in cell.outputs
+        if is_autograder_tests(cell):
+            hidden = hidden_lines(cell.source)
+            cell.source = visible_source(cell.source)
+            cell.outputs = [shown(output, hidden) for output in cell.outputs if not is_record(output)]
+        cell.outputs = [redacted(output) if self.secrets.found_in(output) else output for output in cell.outputs]
+        if (
+            is_autograder_tests(cell)
+            and any(o.get("name") == "stderr" for o in cell.outputs)
+            and not any(o.get("output_type") == "error" for o in cell.outputs)
         ):
             cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=STDERR_NOTE))
         return cell, resources

@@ -3,12 +3,13 @@
 Starting a kernel costs a new Python, ipykernel, and the imports of torch,
 numpy and matplotlib (2 to 3 CPU seconds), every notebook again. A fork
 server pays that once: it runs in a bubblewrap sandbox like a kernel's
-(:mod:`autograder.sandbox`, as root with only CAP_SETUID/SETGID), imports
+(:mod:`autograder.sandbox`, as root with only CAP_SETUID/SETGID/SYS_ADMIN/NET_ADMIN), imports
 :data:`PRELOAD`, and then forks one kernel at a time on request. Each
 kernel, before it runs anything:
 
-- starts a new session, moves into its folder and takes the environment it
-  was sent;
+- starts a new session, in network and mount namespaces of its own with a
+  fresh tmpfs on /tmp (its HOME; :func:`_own_namespaces`), moves into its
+  folder and takes the environment it was sent;
 - sets its resource limits (``setrlimit``: CPU, data segment, processes,
   file size, open files, core), then drops to its own unprivileged user
   (``setresgid``/``setresuid``; the capabilities go with root);
@@ -16,8 +17,8 @@ kernel, before it runs anything:
 - runs ``ipykernel``'s ``IPKernelApp`` with the arguments jupyter_client
   gave.
 
-After a kernel ends, the server kills every process left of its user and
-empties /tmp before it serves the next request.
+After a kernel ends, the server kills every process left of its user (found
+by any live thread) and empties its own /tmp before it serves the next request.
 
 The server imports but runs no torch operation and starts no thread:
 forking after torch has run a parallel operation hangs the child (GNU
@@ -42,12 +43,15 @@ kernels.
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import importlib
 import json
 import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -166,7 +170,11 @@ def _clean_up(uid: int, kept: set[str]) -> None:
 
 
 def _processes_of(uid: int) -> list[int]:
-    """Live (not zombie) processes whose real user id is ``uid``, from /proc."""
+    """Processes whose real user id is ``uid`` with a thread that is not a zombie, from /proc.
+
+    A process whose main thread ended (``SYS_exit``, not ``exit_group``) while its other threads run shows
+    ``State: Z`` in ``/proc/PID/status``, yet is alive: each thread's state is read from ``/proc/PID/task``.
+    """
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -174,11 +182,20 @@ def _processes_of(uid: int) -> list[int]:
         try:
             with open(f"/proc/{entry.name}/status") as status:
                 fields = dict(line.split(":", 1) for line in status if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid and any(
+                not _state(f"/proc/{entry.name}/task/{task}").startswith("Z")
+                for task in os.listdir(f"/proc/{entry.name}/task")
+            ):
+                found.append(int(entry.name))
         except OSError:
             continue  # gone meanwhile
-        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
-            found.append(int(entry.name))
     return found
+
+
+def _state(folder: str) -> str:
+    """The ``State`` field of ``folder/status`` (a process's or a thread's): ``R``, ``S``, ``Z`` ..."""
+    with open(f"{folder}/status") as status:
+        return next(line.split(":", 1)[1].strip() for line in status if line.startswith("State:"))
 
 
 def _empty_tmp(kept: set[str]) -> None:
@@ -195,6 +212,47 @@ def _empty_tmp(kept: set[str]) -> None:
                 pass
 
 
+TMP_BYTES = 256 * 2**20
+"""Size of each forked kernel's own /tmp (memory-backed), as a kernel in a sandbox of its own has."""
+
+CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def _own_namespaces() -> None:
+    """In the forked child, still root: a network namespace and a mount namespace of its own, with a fresh tmpfs
+    on /tmp (its HOME) holding only the folders bwrap bound there for the server (Python, the runtime folder).
+
+    So nothing of one kernel (a file, a start-up hook in HOME, a listening socket, an abstract Unix socket)
+    can reach the next even if a process of it outlived the clean-up.
+
+    Raises:
+        OSError: the kernel gives no namespace or mount (the kernel then does not start).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, f"{what}: {os.strerror(number)}")
+
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare")
+    check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
+    bound = {name: os.open(f"/tmp/{name}", os.O_PATH) for name in os.listdir("/tmp")}
+    options = f"size={TMP_BYTES},mode=1777".encode()
+    check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount /tmp")
+    for name, descriptor in bound.items():
+        os.mkdir(f"/tmp/{name}", 0o755)
+        source = f"/proc/self/fd/{descriptor}".encode()
+        check(libc.mount(source, f"/tmp/{name}".encode(), None, MS_BIND | MS_REC, None), f"bind /tmp/{name}")
+        os.close(descriptor)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as control:  # loopback up, as bwrap's --unshare-net has it
+        request = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH", fcntl.ioctl(control, SIOCGIFFLAGS, request)[:18])[1]
+        fcntl.ioctl(control, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
+
+
 def _kernel(connection: socket.socket, request: dict) -> None:
     """In the forked child: become the kernel the request describes. Never returns."""
     try:
@@ -205,6 +263,7 @@ def _kernel(connection: socket.socket, request: dict) -> None:
         import torch
 
         os.setsid()
+        _own_namespaces()
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)

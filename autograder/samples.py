@@ -25,6 +25,20 @@ Escapes (``[[escape]]`` tables in the same files, ``attempt`` instead of
 kernel's folder for what grading keeps from students (the instructor's
 source/); in the sandbox they find nothing and must lose ``loses``.
 
+Self-scorers (``[[scores_itself]]`` tables in the same files, ``trick`` and
+``status``; student ids ``scored_<name>``) make the kernel send an
+``execute_result`` while a test cell runs, which stock nbgrader reads as the
+cell's score; the cells in ``loses`` must score 0, the others exactly their points.
+
+Leaks (``[[leaks_hidden_tests]]`` tables, ``trick`` and ``status``; student
+ids ``leaks_<name>``; ``loses`` may be empty) print what the kernel holds of
+the hidden tests, each print marked ``LEAKED``: the feedback page must show
+none of it. HTML injectors (``[[injects_html]]``, the same fields, ids
+``html_<name>``) put scripts and event handlers in answers and outputs: the
+feedback page must carry none of them as markup. Cross-student attackers
+(``[[harms_others]]``, ids ``cross_<name>``) try to reach the students graded
+after them by the same worker; those must get exactly their grades.
+
 Valid alternatives (``[[valid_alternative]]`` tables in the wrong answers'
 file: ``name``, ``cell``, ``note`` saying how it differs, ``source``; no
 ``loses``; student ids ``valid_<name>``) are other correct solutions, which
@@ -106,7 +120,7 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
         unknown = [name for name in loses if name not in points]
         if kind == "valid" and loses:
             raise CourseError(f"{what} is a valid alternative but loses {loses}")
-        if kind != "valid" and not loses:
+        if kind not in ("valid", "leaks", "html") and not loses:
             raise CourseError(f"{what} loses no test cell")
         if variant["cell"] not in solutions or unknown:
             raise CourseError(f"{what} names unknown cells: {variant['cell']!r} {unknown}")
@@ -135,6 +149,10 @@ VARIANT_FILES = {
     "hostile": (HOSTILE_DIR, "hostile"),
     "stops": (HOSTILE_DIR, "stops_kernel"),
     "escape": (HOSTILE_DIR, "escape"),
+    "scored": (HOSTILE_DIR, "scores_itself"),
+    "leaks": (HOSTILE_DIR, "leaks_hidden_tests"),
+    "html": (HOSTILE_DIR, "injects_html"),
+    "cross": (HOSTILE_DIR, "harms_others"),
 }
 """Student-id prefix -> (folder of ``<assignment_id>.toml`` files, name of their tables)."""
 

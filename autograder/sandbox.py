@@ -76,7 +76,7 @@ that job) and prints no connection banner."""
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
 """Host folders visible read-only inside (symbolic links, as on merged-/usr systems, are recreated as links)."""
 
-TMP_BYTES = 256 * 2**20
+TMP_BYTES = forkserver.TMP_BYTES
 """Size of the kernel's private /tmp (memory-backed)."""
 
 FORK_SERVER = str(Path(forkserver.__file__).resolve())
@@ -147,7 +147,8 @@ class ForkServer:
         for folder in (str(self.runtime), str(control)):
             command += [*_parents(folder), "--bind", folder, folder]
         command += [*_parents(FORK_SERVER), "--ro-bind", FORK_SERVER, FORK_SERVER]
-        command += ["--cap-add", "CAP_SETUID,CAP_SETGID", "--"]  # the server drops to each kernel's user
+        # The server gives each kernel its own namespaces and /tmp, and drops to each kernel's user.
+        command += ["--cap-add", "CAP_SETUID,CAP_SETGID,CAP_SYS_ADMIN,CAP_NET_ADMIN", "--"]
         command += [sys.executable, "-s", "-P", FORK_SERVER, "serve", self.socket]
         self.log = self.scratch / "server.log"
         with self.log.open("w") as log:

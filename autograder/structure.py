@@ -21,6 +21,10 @@ helper function a student wrote in a cell of their own still runs before the
 tests that need it. A file that cannot be read as a notebook (empty, not
 UTF-8, not JSON, not a notebook) is graded as the unchanged release: zero for
 every autograded cell, with a message saying why, instead of stopping the batch.
+So is any file that makes reading or rebuilding it fail in any way (nesting
+deep enough to exhaust Python's recursion limit, a field of the wrong type,
+a rebuilt notebook that is not valid nbformat 4) and a file larger than
+:data:`MAX_NOTEBOOK_BYTES` (never read whole).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import copy
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
@@ -44,6 +49,9 @@ GRADING_MACHINERY = re.compile(
 )
 """Code a student rarely needs and an attack on the grading does: the check helpers or their module,
 IPython's machinery, interpreter hooks, or a library function replaced (``torch.equal = ...``)."""
+
+MAX_NOTEBOOK_BYTES = 64 * 2**20
+"""A submitted notebook larger than this (64 MiB; outputs are cleared anyway) is an invalid notebook."""
 
 EXECUTION_TAGS = frozenset({"skip-execution", "raises-exception"})
 """Cell tags that nbclient (and so nbgrader) obeys when it executes a notebook: they are never taken from a student."""
@@ -76,6 +84,8 @@ def parse(raw: bytes) -> tuple[NotebookNode, list[str]]:
         UnreadableNotebook: empty, not UTF-8, not JSON, not a notebook, or an
             nbformat version nbformat cannot convert.
     """
+    if len(raw) > MAX_NOTEBOOK_BYTES:
+        raise UnreadableNotebook(f"the file is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB")
     if not raw.strip():
         raise UnreadableNotebook("the file is empty")
     try:
@@ -88,6 +98,8 @@ def parse(raw: bytes) -> tuple[NotebookNode, list[str]]:
         raise UnreadableNotebook(
             f"the file is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
         ) from error
+    except RecursionError as error:
+        raise UnreadableNotebook("the file's JSON is nested too deeply to be a notebook") from error
     if not isinstance(data, dict) or not isinstance(data.get("nbformat"), int):
         raise UnreadableNotebook("the file is JSON but not a Jupyter notebook (no nbformat version)")
     notes = []
@@ -111,16 +123,31 @@ def normalise(raw: bytes, *, release: NotebookNode) -> Normalised:
 
     Returns:
         The notebook to grade, whether the file was readable, and the repairs made.
-        Never raises for bad input: an unreadable file gives the unchanged release.
+        Never raises for bad input: a file that cannot be read or rebuilt into a
+        valid notebook, whatever the error, gives the unchanged release.
     """
     try:
         submitted, repairs = parse(raw)
-        return _rebuilt(submitted, release, repairs)
+        rebuilt = _rebuilt(submitted, release, repairs)
+        nbformat.validate(rebuilt.notebook)  # what the student wrote into it (sources, attachments) is nbformat
+        return rebuilt
     except UnreadableNotebook as error:
         return Normalised(notebook=blank(release), readable=False, repairs=[f"not a readable notebook: {error}"])
-    except (AttributeError, TypeError, KeyError, ValueError) as error:  # fields of the wrong JSON type
-        problem = f"not a readable notebook: a field has the wrong type ({type(error).__name__}: {error})"
+    except Exception as error:  # whatever the file makes the rebuild trip on: one student's problem, not the batch's
+        problem = f"not a readable notebook: it cannot be rebuilt ({type(error).__name__}: {error})"
         return Normalised(notebook=blank(release), readable=False, repairs=[problem[:300]])
+
+
+def normalise_file(path: Path, *, release: NotebookNode) -> Normalised:
+    """:func:`normalise` of the file at ``path``, read no further than :data:`MAX_NOTEBOOK_BYTES` + 1 bytes
+    (a larger file, or one that cannot be read, is an invalid notebook)."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_NOTEBOOK_BYTES + 1)
+    except OSError as error:
+        problem = f"not a readable notebook: the file cannot be read ({error.strerror or error})"
+        return Normalised(notebook=blank(release), readable=False, repairs=[problem])
+    return normalise(raw, release=release)
 
 
 def _rebuilt(submitted: NotebookNode, release: NotebookNode, repairs: list[str]) -> Normalised:

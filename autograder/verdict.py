@@ -16,8 +16,19 @@ value against the reference's expected value and rule here, outside the
 kernel. A missing, extra, reordered or failing record adds an error output
 to the cell, so nbgrader scores it 0 whatever the kernel printed or hid.
 
+nbgrader scores a test cell by its outputs in order: the first error or
+stderr stream gives 0, but the first ``execute_result`` before them gives the
+points it holds as text (partial credit), and a kernel can emit one whenever
+it likes (a graded function calling ``get_ipython().displayhook(2.0)``).
+:class:`CompareRecords` therefore turns every ``execute_result`` of a test cell
+into a ``display_data`` output (shown the same, scored by nobody): what is
+left for nbgrader to read is errors and stderr only, in any order, and a
+failed verdict is an error. The score of a test cell is full marks with no
+error and no stderr, else 0, whatever else the kernel sent and in what order.
+
 A test cell whose reference run records nothing is left to nbgrader's own
-verdict (``autograder check`` reports such cells). What this cannot stop: a
+verdict (``autograder check`` reports such cells), its execute_results made
+display_data all the same. What this cannot stop: a
 kernel that forges records by patching the check helpers' internals to
 record the expected value it was given; ``autograder.structure`` notes
 submissions that touch the grading machinery, for a person to review.
@@ -208,31 +219,51 @@ def _same_device(value: Any, expected: Any) -> bool:
     return kind == expected_kind and (not expected_index or index == expected_index)
 
 
+def unscored(output: NotebookNode) -> NotebookNode:
+    """An output as the verdict leaves it in a test cell: an ``execute_result`` becomes a ``display_data`` of the
+    same data and metadata (minus the record MIME type: records come from ``display_data`` only), which nbgrader's
+    ``determine_grade`` does not read as a score; any other output is returned as it is."""
+    if output.get("output_type") != "execute_result":
+        return output
+    data = {mime: value for mime, value in output.get("data", {}).items() if mime != RECORD_MIME_TYPE}
+    return nbformat.v4.new_output("display_data", data=data, metadata=output.get("metadata", {}))
+
+
 _REFERENCES: dict[tuple[str, str], dict[str, list[Any]]] = {}
 """Reference records per (course root, assignment), computed once per process: nbgrader makes a new
 preprocessor instance for every notebook, and runs one autograde process per assignment and batch."""
 
 
+def reference_of(preprocessor: NbGraderPreprocessor, assignment_id: str) -> dict[str, list[Any]]:
+    """The reference's records of an assignment (``{grade_id: records}``) for an nbgrader preprocessor of the
+    course in its config (or the working folder): stored by the batch, else computed here, once per process."""
+    root = str(preprocessor.config.get("CourseDirectory", {}).get("root") or os.getcwd())
+    if (root, assignment_id) not in _REFERENCES:
+        course = Course(Path(root))
+        try:
+            _REFERENCES[(root, assignment_id)] = json.loads(stored_reference(course, assignment_id).read_text())
+        except (OSError, ValueError):  # not computed ahead by the batch
+            preprocessor.log.info("Running the reference solution of %s for its check records", assignment_id)
+            _REFERENCES[(root, assignment_id)] = reference_records(course, assignment_id)
+    return _REFERENCES[(root, assignment_id)]
+
+
 class CompareRecords(NbGraderPreprocessor):
-    """nbgrader autograde preprocessor: fail every test cell whose records do not pass against the reference's."""
+    """nbgrader autograde preprocessor: fail every test cell whose records do not pass against the reference's,
+    and leave nbgrader no output of a test cell to score but errors and stderr (:func:`unscored`)."""
 
     def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
-        assignment_id = resources["nbgrader"]["assignment"]
-        root = str(self.config.get("CourseDirectory", {}).get("root") or os.getcwd())
-        if (root, assignment_id) not in _REFERENCES:
-            course = Course(Path(root))
-            try:
-                _REFERENCES[(root, assignment_id)] = json.loads(stored_reference(course, assignment_id).read_text())
-            except (OSError, ValueError):  # not computed ahead by the batch
-                self.log.info("Running the reference solution of %s for its check records", assignment_id)
-                _REFERENCES[(root, assignment_id)] = reference_records(course, assignment_id)
-        reference = _REFERENCES[(root, assignment_id)]
+        reference = reference_of(self, resources["nbgrader"]["assignment"])
         for cell in nb.cells:
-            if not is_autograder_tests(cell) or not reference.get(grade_id(cell)):
+            if not is_autograder_tests(cell):
+                continue
+            records = cell_records(cell)
+            cell.outputs = [unscored(output) for output in cell.get("outputs", [])]
+            if not reference.get(grade_id(cell)):
                 continue
             if any(output.get("output_type") == "error" for output in cell.get("outputs", [])):
                 continue  # nbgrader scores it 0 already
-            problem = first_mismatch(cell_records(cell), reference[grade_id(cell)])
+            problem = first_mismatch(records, reference[grade_id(cell)])
             if problem is not None:
                 cell.outputs.append(
                     nbformat.v4.new_output("error", ename=MISMATCH, evalue=problem, traceback=[problem])

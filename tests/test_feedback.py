@@ -1,9 +1,12 @@
 """Feedback pages: hidden tests' code and expected values never reach a student; visible failures keep their message."""
 
+import copy
+
 import nbformat
+import pytest
 
 from autograder.checks import RECORD_MIME_TYPE
-from autograder.feedback import HideHiddenTests, visible_source
+from autograder.feedback import REDACTED, HideHiddenTests, secrets, visible_source
 
 SOURCE = """check_equal(f(1), 2, label="f(1)")
 
@@ -73,3 +76,39 @@ def test_a_cell_that_only_wrote_to_stderr_says_why_it_earned_nothing():
     outputs = feedback_cell([warning]).outputs
     assert outputs[0] == warning and "wrote to the error stream" in outputs[1].text
     assert len(feedback_cell([nbformat.v4.new_output("stream", name="stdout", text="hi\n")]).outputs) == 1
+
+
+HIDDEN_RECORD = {"label": "f(a hidden case)", "expected": {"tensor": {"data": [[0.25, -1.5, 3.125], [2.0, 0.5, 7.75]]}}}
+
+
+def redacting(outputs, cell_source=SOURCE):
+    """A feedback preprocessor whose secrets come from a notebook with the test cell (reference: HIDDEN_RECORD),
+    applied to a student's solution cell holding ``outputs``."""
+    tests = nbformat.v4.new_code_cell(SOURCE, metadata=TESTS_METADATA, id="task-tests")
+    solution = nbformat.v4.new_code_cell("print(stuff)", metadata={"nbgrader": {"solution": True, "grade": False}})
+    solution.outputs = outputs
+    preprocessor = HideHiddenTests()
+    preprocessor.secrets = secrets(nbformat.v4.new_notebook(cells=[solution, tests]), {"task": [HIDDEN_RECORD]})
+    return preprocessor.preprocess_cell(solution, {}, 0)[0].outputs
+
+
+@pytest.mark.parametrize(
+    "printed",
+    [
+        "check_equal(f(secret), 42, label=\"f(a hidden case)\")\n",  # a hidden line as written (print(In[-1]))
+        repr(["x = 1\ncheck_equal(f(secret), 42, label=\"f(a hidden case)\")"]) + "\n",  # escaped in a list's repr
+        "tensor([[ 0.2500, -1.5000,  3.1250],\n        [ 2.0000,  0.5000,  7.7500]])\n",  # the values, as torch prints
+    ],
+    ids=["line_as_written", "line_in_a_repr", "expected_values_printed"],
+)
+def test_any_output_carrying_a_hidden_line_or_expected_values_is_removed(printed):
+    stream = nbformat.v4.new_output("stream", name="stdout", text=printed)
+    error = nbformat.v4.new_output("error", ename="ValueError", evalue=printed, traceback=[printed])
+    shown_outputs = redacting([stream, error])
+    assert [o.get("text", o.get("evalue")) for o in shown_outputs] == [REDACTED + "\n", REDACTED]
+    assert shown_outputs[1].ename == "ValueError"
+
+
+def test_an_output_without_secrets_is_kept():
+    kept = [nbformat.v4.new_output("stream", name="stdout", text="41, and the first three values: 0.25 -1.5 3.125\n")]
+    assert redacting(copy.deepcopy(kept)) == kept

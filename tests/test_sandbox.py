@@ -6,6 +6,7 @@ carried on.
 """
 
 import os
+import platform
 import socket
 import sys
 import uuid
@@ -158,3 +159,40 @@ def test_a_notebooks_output_is_capped_across_its_cells_but_a_later_test_cell_kee
     plain, test = cells[-2:]
     assert "kept" not in printed(plain), "past the notebook's budget, an ordinary cell keeps nothing"
     assert printed(test) == "kept\n"
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_a_process_whose_main_thread_ended_is_killed_before_the_next_kernel():
+    """A child whose main thread exits (its /proc status then says zombie) while a thread of it lives on, to write
+    into /tmp once the clean-up is over: it is found by its threads and killed before the next kernel."""
+    exit_number = {"x86_64": 60, "aarch64": 93}[platform.machine()]  # SYS_exit: this thread only
+    leave = (
+        "import ctypes, threading\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    def plant():\n"
+        "        time.sleep(3)\n"
+        "        open('/tmp/planted', 'w').write('for the next student')\n"
+        "        time.sleep(600)\n"
+        "    threading.Thread(target=plant).start()\n"
+        f"    ctypes.CDLL(None).syscall({exit_number}, 0)\n"
+        "time.sleep(0.5)\n"
+        "print(open(f'/proc/{child}/status').read().split('State:')[1].split()[0])"
+    )
+    first = run(SETUP, leave)[1]
+    second = run(SETUP, "time.sleep(4)\nprint(os.path.exists('/tmp/planted'))", timeout=10)[1]
+    assert printed(first) == "Z\n" and printed(second) == "False\n"
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_each_forked_kernel_has_its_own_network_mounts_and_tmp():
+    """A forked kernel has a network namespace of its own (its Unix sockets list lacks the server's control socket)
+    and a /tmp of its own (a tmpfs mounted over the server's); its loopback is up."""
+    look = (
+        "import socket\n"
+        "print(sum(line.split()[4] == '/tmp' for line in open('/proc/self/mountinfo')))\n"
+        "print('control/socket' in open('/proc/net/unix').read())\n"
+        "listening = socket.create_server(('127.0.0.1', 0))\n"
+        "print(socket.create_connection(listening.getsockname()).getpeername()[0])"
+    )
+    assert printed(run(SETUP, look)[1]) == "2\nFalse\n127.0.0.1\n"

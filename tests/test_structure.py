@@ -7,7 +7,8 @@ import nbformat
 import pytest
 
 from autograder.course import ROOT, grade_id, is_autograder_tests, is_solution, read_notebook
-from autograder.structure import normalise
+from autograder.structure import normalise, normalise_file
+from hostile.malformed_notebooks import MALFORMED
 
 RELEASE = read_notebook(ROOT / "release" / "01_tensors" / "01_tensors.ipynb")
 SOLUTION = next(c for c in RELEASE.cells if is_solution(c) and c.cell_type == "code")
@@ -192,3 +193,12 @@ def test_a_demonstration_cell_keeps_the_releases_raises_exception_tag():
     result = normalised(notebook)
     assert [c.metadata for c in result.notebook.cells] == [c.metadata for c in RELEASE.cells]
     assert f"cell {demos[0].id}: changed nbgrader metadata or execution tags were reset" in result.repairs
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_a_hostile_file_is_one_invalid_notebook_not_a_crash(name, tmp_path):
+    path = tmp_path / "01_tensors.ipynb"
+    path.write_bytes(MALFORMED[name](RELEASE))
+    result = normalise_file(path, release=RELEASE)
+    assert not result.readable and result.repairs[0].startswith("not a readable notebook: ")
+    assert sources(result.notebook) == expected_sources()

@@ -384,7 +384,7 @@ def _choose(
     if len(found) == 1:
         answered = {found[0].entry.name: 0}  # nothing to choose between
     else:
-        answered = {c.entry.name: answered_cells(c.entry.path.read_bytes(), release=release) for c in found}
+        answered = {c.entry.name: _answered_cells(c.entry.path, release=release) for c in found}
 
     def rank(candidate: _Candidate) -> tuple:
         exact = candidate.claim.file_id.rsplit("/", 1)[-1] == f"{assignment_id}.ipynb"
@@ -419,13 +419,11 @@ def _choose(
     return submission, rows
 
 
-def answered_cells(raw: bytes, *, release: NotebookNode) -> int:
-    """How many solution cells of ``raw`` (notebook bytes) differ from ``release``'s; -1 if it is not a notebook."""
-    try:
-        structure.parse(raw)
-    except structure.UnreadableNotebook:
-        return -1
-    return len(_answered(structure.normalise(raw, release=release).notebook, release))
+def _answered_cells(path: Path, *, release: NotebookNode) -> int:
+    """How many solution cells of the notebook at ``path`` differ from ``release``'s; -1 if it is not a readable
+    notebook (:func:`autograder.structure.normalise_file`: malformed, or too large)."""
+    normalised = structure.normalise_file(path, release=release)
+    return len(_answered(normalised.notebook, release)) if normalised.readable else -1
 
 
 def _answered(notebook: NotebookNode, release: NotebookNode) -> set[str]:
@@ -441,7 +439,7 @@ def place(course: Course, submission: Submission, *, release: NotebookNode) -> P
     """Write a submission, validated and normalised, to ``submitted/<student>/<assignment>/``.
 
     The notebook is rebuilt on the structure of ``release`` by
-    :func:`autograder.structure.normalise` and written as
+    :func:`autograder.structure.normalise_file` and written as
     ``<assignment_id>.ipynb``, with nbgrader's ``timestamp.txt`` when the
     submission time is known. ``submission.status`` says what happened:
     ``ok``, ``unattempted`` (no solution cell changed from the release),
@@ -460,7 +458,7 @@ def place(course: Course, submission: Submission, *, release: NotebookNode) -> P
         shutil.rmtree(destination)
     destination.mkdir(parents=True)
     expected = f"{submission.assignment_id}.ipynb"
-    normalised = structure.normalise(submission.notebook.read_bytes(), release=release)
+    normalised = structure.normalise_file(submission.notebook, release=release)
     nbformat.write(normalised.notebook, destination / expected)
     if submission.timestamp:
         (destination / TIMESTAMP).write_text(f"{submission.timestamp:%Y-%m-%d %H:%M:%S.%f} UTC")

@@ -1,0 +1,232 @@
+"""Hostile submissions of 01_tensors graded together through the real pipeline (one module-scoped run):
+self-scorers earn exactly what the verdict gives, malformed files are each one student's invalid notebook,
+leaks of the hidden tests reach no feedback page, students' markup reaches it only as text.
+
+The stored executions (``executed/``, the kernel's outputs before the verdict) show that each trick works
+on stock nbgrader: scored by ``determine_grade`` as they came from the kernel, they earn points they must not.
+"""
+
+import html
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.utils import determine_grade
+
+from autograder.course import (
+    HIDDEN_TEST_MARKERS,
+    ROOT,
+    Course,
+    copy_course,
+    grade_id,
+    is_autograder_tests,
+    is_solution,
+    read_notebook,
+)
+from autograder.demo import mismatches_of
+from autograder.execute import STORE
+from autograder.feedback import REDACTED
+from autograder.grade import grade
+from autograder.samples import samples, write_download
+from hostile.malformed_notebooks import MALFORMED
+
+ASSIGNMENT = "01_tensors"
+ALL = samples(Course(ROOT), ASSIGNMENT)
+REFERENCE = next(s for s in ALL if s.student_id == "reference")
+SCORED = [s for s in ALL if s.student_id.startswith("scored_")]
+LEAKS = [s for s in ALL if s.student_id.startswith("leaks_")]
+INJECTORS = [s for s in ALL if s.student_id.startswith("html_")]
+ATTACKERS = [s for s in ALL if s.student_id.startswith("cross_")]
+"""Graded first (student ids sort first, one worker), before every other sample of the run."""
+FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_bytes"]
+"""Malformed files among the graded (every one of MALFORMED is checked in test_structure)."""
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("hostile")
+    course = copy_course(Course(ROOT), scratch / "course")
+    download = write_download([REFERENCE, *SCORED, *LEAKS, *INJECTORS, *ATTACKERS], scratch / "download")
+    release = nbformat.read(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    for name in FILES:
+        path = download / f"malformed_{name}" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(MALFORMED[name](release))
+    grading = grade(course, download, workers=1)
+    return course, {result.student_id: result for result in grading.results}
+
+
+def test_there_are_self_scorers():
+    assert len(SCORED) >= 4
+
+
+@pytest.mark.parametrize("sample", SCORED, ids=[s.student_id for s in SCORED])
+def test_a_self_scorer_earns_exactly_what_the_verdict_gives(graded, sample):
+    _, results = graded
+    assert mismatches_of(results[sample.student_id], sample) == []
+
+
+@pytest.mark.parametrize("sample", SCORED, ids=[s.student_id for s in SCORED])
+def test_the_trick_earns_points_from_stock_nbgrader(graded, sample):
+    course, _ = graded
+    unearned = {
+        grade_id(cell): determine_grade(cell)[0]
+        for cell in stored_execution(course, sample).cells
+        if is_autograder_tests(cell) and determine_grade(cell)[0] > sample.expected[grade_id(cell)]
+    }
+    assert unearned != {}
+
+
+def test_there_are_leaks():
+    assert len(LEAKS) >= 5
+
+
+@pytest.mark.parametrize("sample", LEAKS, ids=[s.student_id for s in LEAKS])
+def test_a_leak_of_the_hidden_tests_reaches_no_feedback_page(graded, sample):
+    course, results = graded
+    assert mismatches_of(results[sample.student_id], sample) == []
+    leaked = [cell for cell in stored_execution(course, sample).cells if "LEAKED" in str(cell.get("outputs"))]
+    assert leaked, "the kernel's outputs show no leak"
+    page = page_text(course, sample.student_id)
+    assert "LEAKED" not in page and REDACTED in page
+    assert [line for line in HIDDEN_LINES if line in page] == []
+
+
+def test_cross_student_attackers_graded_first_harm_nobody_after_them(graded):
+    _, results = graded
+    assert ATTACKERS and min(results) == ATTACKERS[0].student_id  # the first graded by the one worker
+    wrong = [line for sample in [*ATTACKERS, REFERENCE, *SCORED, *LEAKS, *INJECTORS]
+             for line in mismatches_of(results[sample.student_id], sample)]
+    assert wrong == []
+
+
+def test_an_honest_feedback_page_loses_no_output_and_the_reference_full_marks(graded):
+    course, results = graded
+    assert mismatches_of(results["reference"], REFERENCE) == []
+    assert REDACTED not in page_text(course, "reference")
+
+
+INJECTED = re.compile(r"<script[^>]*>[^<]*html_injected|<img[^>]*onerror|href=\"?javascript:", re.IGNORECASE)
+"""The injectors' payloads as live markup (a script, an event handler, a javascript: link)."""
+
+
+@pytest.mark.parametrize("sample", INJECTORS, ids=[s.student_id for s in INJECTORS])
+def test_a_students_markup_reaches_the_feedback_page_only_as_text(graded, sample):
+    course, results = graded
+    assert mismatches_of(results[sample.student_id], sample) == []
+    raw = (course.root / "feedback" / sample.student_id / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert INJECTED.findall(raw) == []
+    assert "html_injected" in page_text(course, sample.student_id)
+
+
+def page_text(course, student_id):
+    """A student's feedback page as text (tags dropped, entities decoded)."""
+    path = course.root / "feedback" / student_id / ASSIGNMENT / f"{ASSIGNMENT}.html"
+    return html.unescape(re.sub(r"<[^>]*>", "", path.read_text()))
+
+
+def hidden_test_lines() -> list[str]:
+    """The hidden tests' lines of 10 characters or more that the release does not show anyway."""
+    release_notebook = read_notebook(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    release = "\n".join(cell.source for cell in release_notebook.cells)
+    lines = []
+    for cell in read_notebook(ROOT / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").cells:
+        inside = False
+        for line in cell.source.splitlines():
+            inside = (inside or line.strip() == HIDDEN_TEST_MARKERS[0]) and line.strip() != HIDDEN_TEST_MARKERS[1]
+            if inside and len(line.strip()) >= 10 and line.strip() not in release:
+                lines.append(line.strip())
+    return lines
+
+
+HIDDEN_LINES = hidden_test_lines()
+
+
+def stored_execution(course, sample):
+    """The notebook the batch executed for ``sample`` (the kernel's outputs, before the verdict)."""
+    answers = solutions(sample.notebook)
+    executed = [
+        notebook
+        for path in sorted((course.root / STORE).glob("*.ipynb"))
+        for notebook in [nbformat.read(path, as_version=4)]
+        if solutions(notebook) == answers
+    ]
+    assert len(executed) == 1
+    return executed[0]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_a_malformed_file_is_one_invalid_notebook_and_the_batch_is_graded(graded, name):
+    _, results = graded
+    result = results[f"malformed_{name}"]
+    assert result.status == "invalid notebook" and result.score == 0 and result.tasks
+    assert len(results) == 1 + len(SCORED) + len(LEAKS) + len(INJECTORS) + len(ATTACKERS) + len(FILES)
+
+
+def solutions(notebook):
+    return [cell.source for cell in notebook.cells if is_solution(cell)]
+
+
+def test_a_run_interrupted_then_terminated_leaves_no_process_behind(tmp_path):
+    """SIGINT, then SIGTERM 3 s later (as a CI runner or a test harness does), while kernels run: no worker,
+    nbgrader, fork server or kernel of the run is left."""
+    course = copy_course(Course(ROOT), tmp_path / "course")
+    chosen = [REFERENCE, *SCORED[:2]]
+    download = write_download(chosen, tmp_path / "download")
+    command = [sys.executable, "-m", "autograder", "--course", str(course.root), "grade", str(download)]
+    run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while not any(uid >= KERNEL_UIDS for uid in descendants(run.pid).values()):
+            assert run.poll() is None and time.monotonic() < deadline, "no kernel started"
+            time.sleep(0.2)
+        started = descendants(run.pid)
+        run.send_signal(signal.SIGINT)
+        time.sleep(3)
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=30)
+    finally:
+        run.kill()
+    deadline = time.monotonic() + 15
+    while (left := [pid for pid in started if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], f"{len(left)} of the run's {len(started)} processes were left"
+
+
+KERNEL_UIDS = 200_000
+"""Kernels run as users from here up (autograder.sandbox._default_uid)."""
+
+
+def descendants(root: int) -> dict[int, int]:
+    """``{pid: real uid}`` of every live process below ``root``, from /proc."""
+    parents, uids = {}, {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines() if ":" in line)
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields["PPid"])
+            uids[int(entry.name)] = int(fields["Uid"].split()[0])
+    found, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                found[pid] = uids[pid]
+                frontier.append(pid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that is not a zombie (an orphan whose new parent has not reaped it yet)."""
+    try:
+        state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State"))
+    except (OSError, StopIteration):
+        return False
+    return "Z" not in state.split(":", 1)[1].split()[0]
