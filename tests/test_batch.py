@@ -18,6 +18,7 @@ from autograder.benchmark import benchmark, scores
 from autograder.course import ROOT, copy_course, grade_id, is_autograder_tests
 from autograder.execute import STORE
 from autograder.grade import grade
+from autograder.sandbox import BWRAP_ENV
 from autograder.samples import samples, write_download
 
 
@@ -67,12 +68,13 @@ def test_a_dask_cluster_grades_as_local_workers_do(course_copy, download, tmp_pa
 
 
 def test_notebooks_a_worker_cannot_execute_are_executed_by_nbgrader(course_copy, download, tmp_path):
-    """Workers without bubblewrap (not on their PATH): every job fails with the reason, and the grades still hold."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": str(Path(sys.executable).parent)}
+    """Workers without bubblewrap (told to use the system's, none on their PATH): every job fails with the reason,
+    and the grades still hold."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": str(Path(sys.executable).parent), BWRAP_ENV: "bwrap"}
     with dask_cluster(tmp_path, env=env) as address:
         remote = grade(course_copy, download, scheduler=address)
     assert remote.batch.executed == 0 and len(remote.batch.failed) == 3
-    assert all("bubblewrap (bwrap) is not installed" in line for line in remote.batch.failed)
+    assert all(f"{BWRAP_ENV}=bwrap names no executable bwrap" in line for line in remote.batch.failed)
     expected = {s.student_id: s.expected for s in download_samples(course_copy)}
     assert {r.student_id: {t.grade_id: t.score for t in r.tasks} for r in remote.results} == expected
 

