@@ -123,7 +123,12 @@ def grade(
     results = report.collect(course, found.submissions)
     graded = {result.student_id for result in results}
     results += [
-        report.SubmissionResult(m.student.student_id, "-", "nothing graded", ["no notebook taken: see manifest.csv"])
+        report.SubmissionResult(
+            m.student.student_id,
+            "-",
+            "nothing graded",
+            ["no notebook taken: see manifest.csv", *found.left_out.get(m.student.student_id, [])],
+        )
         for m in _unique_students(found)
         if m.student.student_id not in graded
     ]

@@ -132,6 +132,34 @@ def blackboard(work: str, blank: str) -> tuple[Files, dict[str, str]]:
     return files, expected
 
 
+def blackboard_usernames(work: str, blank: str, *, receipts: bool = True) -> tuple[Files, dict[str, str]]:
+    """A Blackboard download whose assignment name and usernames hold ``_`` and spaces; receipts in local zones.
+
+    ``jane_smith`` and ``bob_smith`` share the last part ``smith``; ``jane_smith``'s receipt is in EST (15:15
+    UTC), ``bob_smith``'s in MEZ (09:15 UTC), ``amy_li``'s in a zone no one can resolve (``XYZ``).
+    """
+    files: Files = {}
+    prefix = "Tensors HW_1"
+    for user, name, when, text in (
+        ("jane_smith", "Jane Smith", "Monday, November 30, 2026 10:15:22 AM EST", work),
+        ("bob_smith", "Bob Smith", "Montag, 30. November 2026 10:15:22 MEZ", blank),
+        ("amy_li", "Amy Li", "Monday, November 30, 2026 10:15:22 AM XYZ", work),
+    ):
+        stamp = "2026-11-30-10-15-22"
+        files[f"{prefix}_{user}_attempt_{stamp}_01_tensors.ipynb"] = text
+        if receipts:
+            receipt = BLACKBOARD_RECEIPT.replace("01 Tensors_", f"{prefix}_")
+            files[f"{prefix}_{user}_attempt_{stamp}.txt"] = receipt.format(name=name, user=user, stamp=stamp, when=when)
+    return files, {user: f"{prefix}_{user}_attempt_2026-11-30-10-15-22_01_tensors.ipynb" for user in
+                   ("jane_smith", "bob_smith", "amy_li")}
+
+
+def canvas_names(work: str, blank: str) -> tuple[Files, dict[str, str]]:
+    """Canvas name parts with hyphens and non-ASCII letters (Canvas keeps word characters and ``-``)."""
+    files = {"smith--jane_1234_5678_01_tensors.ipynb": work, "müllerjosé_7777_1111_01_tensors.ipynb": blank}
+    return files, {"smith_jane_1234": list(files)[0], "mullerjose_7777": list(files)[1]}
+
+
 GRADESCOPE_METADATA = """submission_7001:
   :submitters:
   - :name: Ada Lovelace

@@ -7,7 +7,19 @@ import zipfile
 from datetime import datetime, timezone
 
 import pytest
-from downloads import ASSIGNMENT, SHAPES, build, hashes, notebooks, write, zip_bytes, zipped
+from downloads import (
+    ASSIGNMENT,
+    SHAPES,
+    blackboard_usernames,
+    build,
+    canvas_names,
+    hashes,
+    nbgrader_layout,
+    notebooks,
+    write,
+    zip_bytes,
+    zipped,
+)
 from autograder.course import ROOT, Course, CourseError, copy_course, read_notebook, run_nbgrader
 from autograder.intake import opened, place, refuse_course_folders
 from autograder.intake.archives import MAX_RATIO
@@ -125,6 +137,72 @@ def test_times_come_from_the_platform_or_nbgrader_never_from_a_student(tmp_path,
     assert planted.status == "not taken" and "not trusted" in planted.note
 
 
+@pytest.mark.parametrize("receipts", [True, False], ids=["receipts", "no receipts"])
+def test_blackboard_usernames_with_underscores_stay_apart(tmp_path, receipts, work_and_blank):
+    """``jane_smith`` and ``bob_smith`` were both read as ``smith``: one student's work was lost."""
+    files, expected = blackboard_usernames(*work_and_blank, receipts=receipts)
+    found = taken(tmp_path / "download", files)
+    assert {s.student_id: s.source for s in found.submissions} == expected
+    assert all(not s.review for s in found.submissions)
+    if receipts:
+        names = {m.platform_id: m.name for m in found.mappings}
+        assert names == {"jane_smith": "Jane Smith", "bob_smith": "Bob Smith", "amy_li": "Amy Li"}
+
+
+def test_blackboard_receipt_times_in_local_zones_are_resolved_and_unknown_ones_not_used(tmp_path, work_and_blank):
+    found = taken(tmp_path / "download", blackboard_usernames(*work_and_blank)[0])
+    times = {s.student_id: s.timestamp for s in found.submissions}
+    assert times == {
+        "jane_smith": datetime(2026, 11, 30, 15, 15, 22, tzinfo=timezone.utc),  # 10:15:22 AM EST
+        "bob_smith": datetime(2026, 11, 30, 9, 15, 22, tzinfo=timezone.utc),  # 10:15:22 MEZ
+        "amy_li": None,
+    }
+    (amy,) = [row.note for row in found.manifest if row.file.endswith("amy_li_attempt_2026-11-30-10-15-22.txt")]
+    assert amy == "Blackboard receipt of amy_li: Date Submitted is in an unknown time zone 'XYZ': the time is not used"
+
+
+def test_canvas_names_with_hyphens_and_non_ascii_letters_are_taken(tmp_path, work_and_blank):
+    files, expected = canvas_names(*work_and_blank)
+    found = taken(tmp_path / "download", files)
+    assert found.format == "canvas"
+    assert {s.student_id: s.source for s in found.submissions} == expected
+    assert {row.status for row in found.manifest} == {"graded"}
+
+
+def test_a_zipped_nbgrader_submitted_folder_keeps_its_submission_times(tmp_path, work_and_blank):
+    files, _ = nbgrader_layout(*work_and_blank)
+    download = zipped(write(tmp_path / "download", files), tmp_path / "submitted.zip")
+    times = {s.student_id: s.timestamp for s in take(download).submissions}
+    assert times == {"ada": datetime(2026, 11, 30, 10, tzinfo=timezone.utc), "bea": None}
+
+
+def test_a_student_with_only_a_refused_or_empty_archive_keeps_a_row(tmp_path, work_and_blank):
+    work, _ = work_and_blank
+    download = write(
+        tmp_path / "download",
+        {
+            "ada/01_tensors/01_tensors.ipynb": work,
+            "bea/01_tensors/bomb.zip": bomb(),
+            "cy/01_tensors/escape.zip": zip_bytes({"../01_tensors.ipynb": work}),
+            "dee/01_tensors/nested.zip": nested_too_deep(work),
+            "eve/01_tensors/empty.zip": zip_bytes({}),
+            "fay/01_tensors/answers.pdf": b"%PDF-1.4",
+        },
+    )
+    found = take(download)
+    assert [s.student_id for s in found.submissions] == ["ada"]
+    assert sorted(m.student.student_id for m in found.mappings) == ["ada", "bea", "cy", "dee", "eve", "fay"]
+    reasons = found.left_out
+    assert "zip bomb" in reasons["bea"][0] and "outside its folder" in reasons["cy"][0]
+    assert reasons["dee"] == [
+        "dee/01_tensors/nested.zip!deeper.zip!deeper.zip!deeper.zip (archive refused: archive nested more than 3 deep)"
+    ]
+    assert reasons["eve"] == ["eve/01_tensors/empty.zip (the archive holds no file)"]
+    assert reasons["fay"] == ["answers.pdf"]
+    rows = {row.file: row for row in found.manifest}
+    assert (rows["bea/01_tensors/bomb.zip"].status, rows["bea/01_tensors/bomb.zip"].student_id) == ("refused", "bea")
+
+
 def test_copies_grade_the_latest_then_the_most_answered_and_ask_for_review(tmp_path, work_and_blank):
     work, blank = work_and_blank
     copies = {
@@ -177,18 +255,23 @@ def bomb():
     return buffer.getvalue()
 
 
-def test_archives_inside_are_opened_within_bounds_and_a_bad_one_does_not_stop_the_batch(tmp_path, work_and_blank):
-    work, _ = work_and_blank
-    nested = zip_bytes({"01_tensors.ipynb": work})
+def nested_too_deep(notebook):
+    """A zip holding ``notebook`` as 01_tensors.ipynb four zips deep (one more than MAX_DEPTH)."""
+    nested = zip_bytes({"01_tensors.ipynb": notebook})
     for _ in range(3):
         nested = zip_bytes({"deeper.zip": nested})
+    return nested
+
+
+def test_archives_inside_are_opened_within_bounds_and_a_bad_one_does_not_stop_the_batch(tmp_path, work_and_blank):
+    work, _ = work_and_blank
     download = write(
         tmp_path / "download",
         {
             "ada/01_tensors/work.zip": zip_bytes({"work/01_tensors.ipynb": work}),
             "bea/01_tensors/bomb.zip": bomb(),
             "cy/01_tensors/escape.zip": zip_bytes({"../../../cy/01_tensors/01_tensors.ipynb": work}),
-            "dee/01_tensors/nested.zip": nested,
+            "dee/01_tensors/nested.zip": nested_too_deep(work),
             "lovelaceada_1001_5001_work.zip": zip_bytes({"01_tensors.ipynb": work}),
         },
     )
@@ -275,6 +358,31 @@ def test_roster_maps_platform_ids_emails_and_names_and_the_mapping_is_written(tm
     (tmp_path / "bad.csv").write_text("id,name\n1,x\n")
     with pytest.raises(CourseError, match="needs a header row with student_id"):
         Roster.read(tmp_path / "bad.csv")
+
+
+def roster_of(folder, *rows):
+    """A roster CSV of ``rows`` (the header first) at ``folder``/roster.csv."""
+    path = folder / "roster.csv"
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    return path
+
+
+def test_roster_mistakes_never_merge_two_students_silently(tmp_path, work_and_blank):
+    header = ["student_id", "platform_id"]
+    with pytest.raises(CourseError, match=r"platform_id given to more than one row.*'1001' on rows 2, 3"):
+        Roster.read(roster_of(tmp_path, header, ["s1", "1001"], ["s2", "1001"], ["s3", "1002"]))
+    # Both Canvas users mapped to s1: graded as one student, said loudly.
+    both = Roster.read(roster_of(tmp_path, header, ["s1", "1001"], ["s1", "1002"]))
+    found = take(build("canvas", tmp_path / "canvas", *work_and_blank).path, roster=both)
+    (s1,) = found.submissions
+    assert s1.review and "platform ids 1001, 1002 all map to s1 in the roster" in s1.notes[-1]
+    # A roster id equal to another student's derived id: the derived one is made unique.
+    taken_id = Roster.read(roster_of(tmp_path, header, ["brontebea_1002", "1001"]))
+    found = take(build("canvas", tmp_path / "canvas2", *work_and_blank).path, roster=taken_id)
+    ids = {m.platform_id: m.student.student_id for m in found.mappings}
+    assert ids["1001"] == "brontebea_1002" and ids["1002"].startswith("brontebea_1002-")
+    assert len({s.student_id for s in found.submissions}) == 2
 
 
 def test_place_writes_the_normalised_notebook_and_platform_time_only(tmp_path, work_and_blank):

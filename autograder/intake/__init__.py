@@ -41,7 +41,7 @@ from nbformat import NotebookNode
 from .. import structure
 from ..course import Course, CourseError, grade_id, is_solution
 from .archives import Entry, Listing, Refused, list_download, under
-from .roster import Mapping, Roster, map_student, write_mapping
+from .roster import Mapper, Mapping, Roster, write_mapping
 from .shapes import FORMATS, SHAPES, TIMESTAMP, ZIP_COLLECT, Claim, Shape, _utc
 
 __all__ = ["FORMATS", "Intake", "Roster", "Submission", "opened", "place", "refuse_course_folders", "write_mapping"]
@@ -100,6 +100,8 @@ class Intake:
     """Every file of the download, once."""
     mappings: list[Mapping]
     """Each student of the download and the course id it maps to."""
+    left_out: dict[str, list[str]] = field(default_factory=dict)
+    """Student id -> what of theirs was not taken and why, for each student with no submission."""
 
 
 def refuse_course_folders(course: Course, download: Path) -> None:
@@ -173,10 +175,9 @@ def _read(
     roster: Roster | None,
     forced: str | None,
 ) -> Intake:
-    rows = [ManifestRow(name, _opened_status(note), note=note) for name, note in listing.opened]
+    opened_rows = {name: ManifestRow(name, _opened_status(note), note=note) for name, note in listing.opened}
     ids = course.assignment_ids()
-    entries, hints, rows_zip = _zip_collect(listing.entries, download=download, ids=ids, forced=format == "zip_collect")
-    rows += rows_zip
+    entries, hints, rows = _zip_collect(listing.entries, download=download, ids=ids, forced=format == "zip_collect")
     inner = None if format in (None, "zip_collect") else format
     shape, detected = _detect(entries, ids=ids, forced=inner)
     try:
@@ -186,8 +187,16 @@ def _read(
         detected += f"; its metadata cannot be read: {error}"
     trusted_times = _nbgrader_times(entries, shape) if shape.name == "nbgrader" else {}
     candidates: dict[tuple[str, str], list[_Candidate]] = {}
-    mappings: dict[tuple[str, str], Mapping] = {}
+    mapper = Mapper(roster, format=shape.name)
     others: dict[str, list[str]] = {}
+    for archive, note in listing.unopened:
+        # A student whose archive is refused or holds nothing is still a student of the download.
+        students = [mapper.map(platform_id=c.platform_id, name=c.name, email=c.email).student.student_id
+                    for c in shape.claims(archive, metadata)]
+        opened_rows[archive.name] = replace(opened_rows[archive.name], student_id=" + ".join(students))
+        for student in students:
+            others.setdefault(student, []).append(f"{archive.name} ({note})")
+    rows += opened_rows.values()
     for entry in entries:
         if entry.name in metadata_notes:
             rows.append(ManifestRow(entry.name, "platform metadata", note=metadata_notes[entry.name]))
@@ -197,14 +206,9 @@ def _read(
             note = f"not in the {shape.name} shape ({shape.description})"
             rows.append(ManifestRow(entry.name, "not taken", note=note))
             continue
-        students = []
-        for claim in claims:
-            key = (claim.platform_id, claim.name)
-            if key not in mappings:
-                mappings[key] = map_student(
-                    roster, format=shape.name, platform_id=claim.platform_id, name=claim.name, email=claim.email
-                )
-            students.append(mappings[key].student.student_id)
+        students = [
+            mapper.map(platform_id=c.platform_id, name=c.name, email=c.email).student.student_id for c in claims
+        ]
         who = " + ".join(students)
         base = claims[0].file_id.rsplit("/", 1)[-1]
         if base == TIMESTAMP:
@@ -239,19 +243,33 @@ def _read(
             when = claim.timestamp or trusted_times.get(f"{folder}/{TIMESTAMP}")
             found = _Candidate(entry, replace(claim, timestamp=when), naming)
             candidates.setdefault((student, assignment_id), []).append(found)
+    shared = {
+        student_id: f"platform ids {', '.join(platform_ids)} all map to {student_id} in the roster: their work is "
+        "taken as one student's, check the roster"
+        for student_id, platform_ids in mapper.shared().items()
+    }
     submissions = []
     for (student_id, assignment_id), found in sorted(candidates.items()):
         submission, copies = _choose(student_id, assignment_id, found, release=release(assignment_id))
         if others.get(student_id):
             names = others[student_id]
             submission.notes.append(f"files not graded: {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}")
+        if student_id in shared:
+            submission.notes.append(shared[student_id])
+            submission.review = True
         submissions.append(submission)
         rows += copies
+    placed = {s.student_id for s in submissions}
+    left_out = {
+        m.student.student_id: [*others.get(m.student.student_id, []), *filter(None, [shared.get(m.student.student_id)])]
+        for m in mapper.mappings.values()
+        if m.student.student_id not in placed
+    }
     rows = _one_row_per_file(rows)
     if hints:
         detected = f"format: zip_collect (nbgrader's downloaded/<assignment_id>/archive/) holding {detected[8:]}"
     label = f"zip_collect ({shape.name})" if hints else shape.name
-    return Intake(label, detected, submissions, rows, list(mappings.values()))
+    return Intake(label, detected, submissions, rows, list(mapper.mappings.values()), left_out)
 
 
 def _opened_status(note: str) -> str:
@@ -329,10 +347,11 @@ def _detect(entries: list[Entry], *, ids: list[str], forced: str | None) -> tupl
 
 
 def _nbgrader_times(entries: list[Entry], shape: Shape) -> dict[str, datetime]:
-    """nbgrader's own ``<student>/<assignment>/timestamp.txt`` (not out of an archive): its logical path -> time."""
+    """nbgrader's own ``<student>/<assignment>/timestamp.txt`` (in the download, folder or zip, not in an archive
+    inside it, which is a student's): its logical path -> time."""
     times = {}
     for entry in entries:
-        if entry.original and not entry.archives and entry.logical.endswith(f"/{TIMESTAMP}"):
+        if not entry.archives and entry.logical.endswith(f"/{TIMESTAMP}"):
             claims = shape.claims(entry, {})
             if claims and claims[0].file_id == TIMESTAMP:
                 when = _utc(entry.path.read_text(errors="replace").strip())

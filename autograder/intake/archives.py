@@ -45,8 +45,6 @@ class Entry:
     """Where its bytes can be read: the original file, or its extracted copy in the scratch folder."""
     archives: tuple[str, ...] = ()
     """Logical paths of the archives it came out of, outermost first."""
-    original: bool = True
-    """True when ``path`` is the download's own file (not an extracted copy)."""
 
 
 @dataclass
@@ -57,6 +55,8 @@ class Listing:
     """Files to map to students."""
     opened: list[tuple[str, str]] = field(default_factory=list)
     """(name, note) of each archive opened or refused, and of each link or leftover not followed."""
+    unopened: list[tuple[Entry, str]] = field(default_factory=list)
+    """Each archive inside the download that was refused or holds no file (as an Entry of its own), and why."""
     expanded: int = 0
     """Bytes written to the scratch folder so far."""
 
@@ -77,7 +77,7 @@ def list_download(download: Path, scratch: Path) -> Listing:
     """
     listing = Listing()
     if download.is_dir():
-        _walk(download, prefix="", logical="", archives=(), depth=0, scratch=scratch, listing=listing, original=True)
+        _walk(download, prefix="", logical="", archives=(), depth=0, scratch=scratch, listing=listing)
     else:
         _open(download, name="", logical="", archives=(), depth=1, scratch=scratch, listing=listing)
     return listing
@@ -92,7 +92,6 @@ def _walk(
     depth: int,
     scratch: Path,
     listing: Listing,
-    original: bool,
 ) -> None:
     for path in sorted(folder.iterdir()):
         name, where = f"{prefix}{path.name}", f"{logical}{path.name}"
@@ -109,12 +108,11 @@ def _walk(
                 depth=depth,
                 scratch=scratch,
                 listing=listing,
-                original=original,
             )
         elif is_archive(path):
             _open(path, name=name, logical=where, archives=archives, depth=depth + 1, scratch=scratch, listing=listing)
         else:
-            listing.entries.append(Entry(name=name, logical=where, path=path, archives=archives, original=original))
+            listing.entries.append(Entry(name=name, logical=where, path=path, archives=archives))
 
 
 def _open(
@@ -131,6 +129,7 @@ def _open(
         if not name:
             raise
         listing.opened.append((name, f"archive refused: {refusal}"))
+        listing.unopened.append((Entry(name, logical, archive, archives), f"archive refused: {refusal}"))
         return
     if name:
         listing.opened.append((name, f"archive opened ({count} members)"))
@@ -143,8 +142,10 @@ def _open(
         depth=depth,
         scratch=scratch,
         listing=listing,
-        original=False,
     )
+    inside = [entry.name for entry in listing.entries] + [entry.name for entry, _ in listing.unopened]
+    if name and not any(found.startswith(f"{name}!") for found in inside):
+        listing.unopened.append((Entry(name, logical, archive, archives), "the archive holds no file"))
 
 
 def _extract(archive: Path, target: Path, listing: Listing) -> int:

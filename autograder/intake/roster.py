@@ -12,7 +12,7 @@ import csv
 import hashlib
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..course import CourseError
@@ -64,9 +64,21 @@ class Roster:
     """Platform ids, emails and names -> course students, read from the instructor's CSV."""
 
     def __init__(self, rows: list[dict[str, str]]) -> None:
+        """Raises:
+        CourseError: one platform_id on two rows (it would merge two students); the message names the rows.
+        """
         self.by_key: dict[str, Student] = {}
         self.original: dict[str, str] = {}
         """Safe student id -> the roster's own, where that was not safe."""
+        self.ids: set[str] = set()
+        """The (safe) course ids the roster gives: a derived id is never one of them."""
+        rows_of: dict[str, list[int]] = {}
+        for number, row in enumerate(rows, start=2):
+            if (row.get("platform_id") or "").strip():
+                rows_of.setdefault(_key(row["platform_id"]), []).append(number)
+        if twice := {key: numbers for key, numbers in rows_of.items() if len(numbers) > 1}:
+            said = "; ".join(f"{key!r} on rows {', '.join(map(str, numbers))}" for key, numbers in twice.items())
+            raise CourseError(f"roster: a platform_id given to more than one row (each is one student): {said}")
         for row in rows:
             given = row["student_id"].strip()
             if safe_id(given) != given:
@@ -77,6 +89,7 @@ class Roster:
                 (row.get("last_name") or "").strip(),
                 (row.get("email") or "").strip(),
             )
+            self.ids.add(student.student_id)
             for key in (row.get("platform_id"), row.get("email"), row.get("name")):
                 if key and key.strip():
                     self.by_key.setdefault(_key(key), student)
@@ -89,7 +102,7 @@ class Roster:
         """Read a roster CSV (UTF-8, a header row naming :data:`ROSTER_COLUMNS`).
 
         Raises:
-            CourseError: no such file, or no ``student_id`` column.
+            CourseError: no such file, no ``student_id`` column, or a platform_id on two rows.
         """
         try:
             with path.open(newline="", encoding="utf-8-sig") as handle:
@@ -132,6 +145,45 @@ def map_student(roster: Roster | None, *, format: str, platform_id: str, name: s
         derived = safe_id(platform_id)
     source = "derived, not in the roster" if roster else "derived"
     return Mapping(Student(derived, email=email), format, platform_id, name, email, source)
+
+
+class Mapper:
+    """The course student of each platform identity of one download, ids never shared by accident.
+
+    A derived id (:func:`map_student`) that is a roster's id or another
+    identity's derived id gets ``-`` and 6 hex digits of a SHA-256 of the
+    identity added, so two people never merge unless the roster says so;
+    where it does (two platform ids, one course id), :meth:`shared` names them.
+    """
+
+    def __init__(self, roster: Roster | None, *, format: str) -> None:
+        self.roster, self.format = roster, format
+        self.mappings: dict[tuple[str, str], Mapping] = {}
+        """(platform id, name) -> its mapping, in the order met."""
+
+    def map(self, *, platform_id: str, name: str, email: str) -> Mapping:
+        """The mapping of one platform identity (the same for every file of it)."""
+        key = (platform_id, name)
+        if key in self.mappings:
+            return self.mappings[key]
+        mapping = map_student(self.roster, format=self.format, platform_id=platform_id, name=name, email=email)
+        taken = {m.student.student_id for m in self.mappings.values()} | (self.roster.ids if self.roster else set())
+        derived = mapping.student.student_id
+        if mapping.source.startswith("derived") and derived in taken:
+            digest = hashlib.sha256(f"{self.format}\n{platform_id}\n{name}".encode()).hexdigest()[:6]
+            student = replace(mapping.student, student_id=f"{derived}-{digest}")
+            mapping = replace(mapping, student=student, source=f"{mapping.source} ({derived!r} is another's)")
+        self.mappings[key] = mapping
+        return mapping
+
+    def shared(self) -> dict[str, list[str]]:
+        """Course ids the roster gives to more than one platform id -> those platform ids."""
+        found: dict[str, list[str]] = {}
+        for mapping in self.mappings.values():
+            ids = found.setdefault(mapping.student.student_id, [])
+            if mapping.platform_id not in ids:
+                ids.append(mapping.platform_id)
+        return {student_id: sorted(ids) for student_id, ids in found.items() if len(ids) > 1}
 
 
 def write_mapping(mappings: list[Mapping], path: Path) -> None:

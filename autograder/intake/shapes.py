@@ -14,7 +14,9 @@ which matches absolute paths. Naming rules, from each platform's documents:
   wrapper folders.
 - ``canvas``: "Download Submissions" is one flat zip of
   ``<lastnamefirstname>_<user id>_<submission id>_<original name>``, the name
-  lower-case letters only, ``_LATE_`` (``_late_`` in newer Canvas) after the
+  part the sortable name lower-cased with characters other than word characters
+  and ``-`` dropped or made ``-`` (``smith--jane``, ``müllerjosé``: any text
+  without ``_``), ``_LATE_`` (``_late_`` in newer Canvas) after the
   name for work handed in after the due date; Canvas adds ``-1``, ``-2`` to an
   original name handed in again. No submission time is in the download.
 - ``moodle``: "Download all submissions" holds one folder per student,
@@ -23,8 +25,11 @@ which matches absolute paths. Naming rules, from each platform's documents:
 - ``blackboard``: "Assignment File Download" gives
   ``<assignment>_<username>_attempt_<YYYY-MM-DD-HH-MM-SS>_<original name>``
   per file and ``<assignment>_<username>_attempt_<YYYY-MM-DD-HH-MM-SS>.txt``, a
-  receipt with ``Name:``, ``Date Submitted:`` and the files' original names
-  (the very example of nbgrader's ``named_regexp`` help).
+  receipt with ``Name: <Full Name> (<username>)``, ``Date Submitted:`` (in the
+  server's local time zone, ``EST``, ``MEZ``, ...) and the files' original
+  names (the very example of nbgrader's ``named_regexp`` help). Assignment
+  names and usernames may both hold ``_``: the username is the receipt's, else
+  what follows the assignment name, the prefix all files of the download share.
 - ``gradescope``: "Export Submissions" holds ``submission_<id>/`` folders and
   ``submission_metadata.yml`` mapping each folder to ``:submitters:`` (``:name:``,
   ``:sid:``, ``:email:``; several for a group) and ``:created_at:``, the time
@@ -38,7 +43,9 @@ which matches absolute paths. Naming rules, from each platform's documents:
 from __future__ import annotations
 
 import logging
+import os
 import re
+import warnings
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
@@ -154,7 +161,7 @@ class Canvas(Shape):
     name = "canvas"
     description = "<lastnamefirstname>[_LATE]_<user id>_<submission id>_<file> (Canvas Download Submissions)"
     named_regexp = (
-        r"(?:.*/)?(?P<name>[a-z]+)(?P<late>_LATE|_late)?_(?P<student_id>\d+)_(?P<submission_id>\d+)"
+        r"(?:.*/)?(?P<name>[^/_]+)(?P<late>_LATE|_late)?_(?P<student_id>\d+)_(?P<submission_id>\d+)"
         r"_(?P<file_id>[^/]+)$"
     )
 
@@ -172,30 +179,56 @@ class Blackboard(Shape):
     name = "blackboard"
     description = "<assignment>_<user>_attempt_<YYYY-MM-DD-HH-MM-SS>_<file> and a .txt receipt (Blackboard)"
     named_regexp = (
-        r"(?:.*/)?(?P<assignment_name>[^/]+)_(?P<student_id>[^/_]+)_attempt_"
+        r"(?:.*/)?(?P<student_id>[^/]+?)_attempt_"
         r"(?P<timestamp>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)(?:_(?P<file_id>[^/]+)|\.txt)$"
     )
+    """``student_id`` is the attempt's prefix, ``<assignment>_<username>``: :meth:`metadata` splits it."""
 
     def read(self, groups: dict, metadata: dict) -> list[Claim]:
         if not groups["file_id"]:
             return []  # the receipt itself: see metadata()
-        when = metadata.get(_attempt(groups)) or datetime.strptime(
-            groups["timestamp"], "%Y-%m-%d-%H-%M-%S"
-        ).replace(tzinfo=timezone.utc)
-        return [Claim(groups["student_id"], "", groups["file_id"], timestamp=when)]
+        user, name = metadata.get("users", {}).get(groups["student_id"], (groups["student_id"], ""))
+        times, attempt = metadata.get("times", {}), _attempt(groups)
+        when = times[attempt] if attempt in times else _name_time(groups)
+        return [Claim(user, name, groups["file_id"], timestamp=when)]
 
     def metadata(self, entries: list[Entry]) -> tuple[dict, dict[str, str]]:
-        """Each receipt's ``Date Submitted:`` by attempt; the attempt's time in the file names where it has none."""
+        """Each attempt prefix's username and name, each receipt's ``Date Submitted:`` by attempt.
+
+        The username is the receipt's ``Name: <Full Name> (<username>)``; else
+        what follows the assignment name: the receipts' prefix less their
+        username, else the longest prefix (up to a ``_``) all the download's
+        attempts share. A download of one student without receipt keeps the
+        whole prefix as the id (never a guess at the last ``_``). A receipt time
+        in an unknown zone is not used (``times`` holds None for that attempt).
+        """
+        matched = [(entry, groups) for entry in entries if (groups := self.match(entry.logical))]
+        receipts = {}
+        for entry, groups in matched:
+            if not groups["file_id"]:
+                receipts[entry.name] = (groups, entry.path.read_text(errors="replace"))
+        named = {groups["student_id"]: blackboard_user(text) for groups, text in receipts.values()}
+        assignment = next(
+            (prefix[: -len(user) - 1] for prefix, (_, user) in named.items() if user and prefix.endswith(f"_{user}")),
+            None,
+        )
+        prefixes = sorted({groups["student_id"] for _, groups in matched})
+        if assignment is None and len(prefixes) > 1:
+            assignment = os.path.commonprefix(prefixes).rsplit("_", 1)[0]
+        users = {}
+        for prefix in prefixes:
+            name, user = named.get(prefix, ("", ""))
+            if not user and assignment is not None and prefix.startswith(f"{assignment}_"):
+                user = prefix[len(assignment) + 1 :]
+            users[prefix] = (user or prefix, name)
         times, notes = {}, {}
-        for entry in entries:
-            groups = self.match(entry.logical)
-            if groups and not groups["file_id"]:
-                when = blackboard_receipt(entry.path.read_text(errors="replace"))
-                if when:
-                    times[_attempt(groups)] = when
-                said = f"submitted {when:%Y-%m-%d %H:%M:%S} UTC" if when else "no Date Submitted: the name's is used"
-                notes[entry.name] = f"Blackboard receipt of {groups['student_id']}: {said}"
-        return times, notes
+        for name, (groups, text) in receipts.items():
+            when, problem = blackboard_receipt(text)
+            if when or problem:
+                times[_attempt(groups)] = when
+            said = f"submitted {when:%Y-%m-%d %H:%M:%S} UTC" if when else problem or "no Date Submitted: the name's is used"
+            notes[name] = f"Blackboard receipt of {users[groups['student_id']][0]}: {said}"
+        return {"users": users, "times": times}, notes
 
 
 class Gradescope(Shape):
@@ -215,6 +248,11 @@ class Gradescope(Shape):
         notes = {found[0].name: f"Gradescope metadata: submitters and times of {len(metadata)} submission(s)"}
         notes |= {entry.name: f"another {GRADESCOPE_METADATA}: {found[0].name} is read" for entry in found[1:]}
         return metadata, notes
+
+
+def _name_time(groups: dict) -> datetime:
+    """The attempt's time in a Blackboard file name, read as UTC (the name says no zone)."""
+    return datetime.strptime(groups["timestamp"], "%Y-%m-%d-%H-%M-%S").replace(tzinfo=timezone.utc)
 
 
 def _attempt(groups: dict) -> str:
@@ -267,21 +305,57 @@ def gradescope_metadata(text: str, *, source: str) -> dict[str, list[Claim]]:
     return found
 
 
-def blackboard_receipt(text: str) -> datetime | None:
-    """The ``Date Submitted:`` of a Blackboard receipt (UTC), or None when it has none that reads as a time."""
+def blackboard_user(text: str) -> tuple[str, str]:
+    """(full name, username) of a Blackboard receipt's ``Name: Jane Smith (jane_smith)``; ('', '') without one."""
+    for line in text.splitlines():
+        if found := re.fullmatch(r"Name:\s*(.*?)\s*\(([^()]+)\)\s*", line):
+            return found[1], found[2].strip()
+    return "", ""
+
+
+def blackboard_receipt(text: str) -> tuple[datetime | None, str]:
+    """The ``Date Submitted:`` of a Blackboard receipt (UTC) and '', or None and why it is not used.
+
+    A receipt without ``Date Submitted:`` gives (None, '').
+    """
     for line in text.splitlines():
         if line.startswith("Date Submitted:"):
-            return _utc(line.split(":", 1)[1].replace("o'clock", ""))
-    return None
+            when, problem = read_time(line.split(":", 1)[1].replace("o'clock", ""))
+            return when, problem and f"Date Submitted {problem}: the time is not used"
+    return None, ""
+
+
+ZONES = {
+    **dict.fromkeys(["UTC", "GMT", "Z", "WET"], 0),
+    **{"EST": -5, "EDT": -4, "CST": -6, "CDT": -5, "MST": -7, "MDT": -6, "PST": -8, "PDT": -7},
+    **{"AKST": -9, "AKDT": -8, "HST": -10, "BST": 1, "WEST": 1},
+    **{"CET": 1, "CEST": 2, "MEZ": 1, "MESZ": 2, "EET": 2, "EEST": 3, "MSK": 3},
+    **{"JST": 9, "KST": 9, "AWST": 8, "ACST": 9.5, "AEST": 10, "AEDT": 11, "NZST": 12, "NZDT": 13},
+}
+"""Offsets from UTC, in hours, of the zone abbreviations servers write (``CST`` is US Central, as Blackboard's
+US servers write it). One that names several zones (``IST``: India, Ireland, Israel) is left out: unknown."""
+TZINFOS = {name: int(hours * 3600) for name, hours in ZONES.items()}
+
+
+def read_time(value: object) -> tuple[datetime | None, str]:
+    """A time as UTC and '', or None and why: a datetime (YAML reads Gradescope's times as such) or a string
+    dateutil reads, its zone an offset or one of :data:`ZONES` (no zone: UTC); an unknown or ambiguous zone
+    abbreviation gives None, never a guess."""
+    if isinstance(value, str):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", dateparser.UnknownTimezoneWarning)
+            try:
+                value = dateparser.parse(value, fuzzy=True, tzinfos=TZINFOS)
+            except dateparser.UnknownTimezoneWarning as unknown:
+                zone = str(unknown).split()[1]
+                return None, f"is in an unknown time zone {zone!r}"
+            except (ValueError, OverflowError):
+                return None, ""
+    if not isinstance(value, datetime):
+        return None, ""
+    return value.replace(tzinfo=value.tzinfo or timezone.utc).astimezone(timezone.utc), ""
 
 
 def _utc(value: object) -> datetime | None:
-    """A time as UTC: a datetime (YAML reads Gradescope's times as such) or a string dateutil reads; None if neither."""
-    if isinstance(value, str):
-        try:
-            value = dateparser.parse(value, fuzzy=True)
-        except (ValueError, OverflowError):
-            return None
-    if not isinstance(value, datetime):
-        return None
-    return value.replace(tzinfo=value.tzinfo or timezone.utc).astimezone(timezone.utc)
+    """:func:`read_time`'s time alone."""
+    return read_time(value)[0]
