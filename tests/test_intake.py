@@ -3,6 +3,7 @@
 import csv
 import functools
 import io
+import stat
 import zipfile
 from datetime import datetime, timezone
 
@@ -22,7 +23,7 @@ from downloads import (
 )
 from autograder.course import ROOT, Course, CourseError, copy_course, read_notebook, run_nbgrader
 from autograder.intake import opened, place, refuse_course_folders
-from autograder.intake.archives import MAX_RATIO
+from autograder.intake.archives import MAX_MEMBERS, MAX_RATIO
 from autograder.intake.roster import Roster, map_student, safe_id, write_mapping
 from autograder.report import GRADES_COLUMNS
 from autograder.samples import samples
@@ -203,6 +204,13 @@ def test_a_student_with_only_a_refused_or_empty_archive_keeps_a_row(tmp_path, wo
     assert (rows["bea/01_tensors/bomb.zip"].status, rows["bea/01_tensors/bomb.zip"].student_id) == ("refused", "bea")
 
 
+def test_a_canvas_resubmission_wins_a_tie_over_the_first_upload(tmp_path, work_and_blank):
+    work, _ = work_and_blank
+    files = {"lovelaceada_1001_5001_01_tensors.ipynb": work, "lovelaceada_1001_5001_01_tensors-1.ipynb": work}
+    (ada,) = taken(tmp_path / "download", files).submissions
+    assert ada.source == "lovelaceada_1001_5001_01_tensors-1.ipynb" and ada.review
+
+
 def test_copies_grade_the_latest_then_the_most_answered_and_ask_for_review(tmp_path, work_and_blank):
     work, blank = work_and_blank
     copies = {
@@ -294,11 +302,31 @@ def test_archives_inside_are_opened_within_bounds_and_a_bad_one_does_not_stop_th
     ]
 
 
-def test_a_hostile_or_unreadable_download_is_refused_with_a_message(tmp_path):
+def test_a_hostile_member_of_the_download_zip_is_refused_alone_and_a_large_zip_is_read(tmp_path, work_and_blank):
+    """One ``../`` or link member, or more than 5000 members, refused the whole download."""
+    work, _ = work_and_blank
+    files = {f"filler/{n}.txt": "" for n in range(MAX_MEMBERS)}
+    files |= {"ada/01_tensors/01_tensors.ipynb": work, "../../evil/01_tensors/01_tensors.ipynb": work}
     hostile = tmp_path / "hostile.zip"
-    hostile.write_bytes(zip_bytes({"../../evil/01_tensors/01_tensors.ipynb": "{}"}))
-    with pytest.raises(CourseError, match="outside its folder"):
-        take(hostile)
+    hostile.write_bytes(zip_bytes(files))
+    with zipfile.ZipFile(hostile, "a") as handle:
+        link = zipfile.ZipInfo("bea/01_tensors/01_tensors.ipynb")
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        handle.writestr(link, "/etc/passwd")
+    found = take(hostile)
+    assert [(s.student_id, s.source) for s in found.submissions] == [("ada", "ada/01_tensors/01_tensors.ipynb")]
+    rows = {row.file: row for row in found.manifest}
+    assert len(rows) == MAX_MEMBERS + 3
+    escape = rows["../../evil/01_tensors/01_tensors.ipynb"]
+    assert (escape.status, escape.student_id) == ("refused", "evil") and "outside its folder" in escape.note
+    link = rows["bea/01_tensors/01_tensors.ipynb"]
+    assert (link.status, link.student_id) == ("refused", "bea") and "is a link" in link.note
+
+
+def test_an_unreadable_download_is_refused_with_a_message(tmp_path):
+    (tmp_path / "broken.zip").write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(CourseError, match="broken.zip: cannot be read"):
+        take(tmp_path / "broken.zip")
     (tmp_path / "notes.txt").write_text("hi")
     with pytest.raises(CourseError, match="neither a folder nor a zip"):
         take(tmp_path / "notes.txt")
@@ -355,6 +383,10 @@ def test_roster_maps_platform_ids_emails_and_names_and_the_mapping_is_written(tm
         ("s001", "1001", "roster"),
         ("doejohn_9", "9", "derived, not in the roster"),
     ]
+    formula = map_student(None, format="gradescope", platform_id="=HYPERLINK(1)", name="@SUM(A1)", email="-1+2")
+    write_mapping([formula], tmp_path / "formula.csv")
+    (row,) = read_csv(tmp_path / "formula.csv")
+    assert (row["platform_id"], row["name"], row["email"]) == ("'=HYPERLINK(1)", "'@SUM(A1)", "'-1+2")
     (tmp_path / "bad.csv").write_text("id,name\n1,x\n")
     with pytest.raises(CourseError, match="needs a header row with student_id"):
         Roster.read(tmp_path / "bad.csv")
@@ -455,7 +487,7 @@ DUE = "2026-11-30 12:00:00 UTC"
 @pytest.fixture(scope="module")
 def graded_blackboard(tmp_path_factory, work_and_blank):
     """A Blackboard zip graded with a roster and a due date: ada's two attempts (the later, late one is her work),
-    bea's blank, kim's blank beside her final in one attempt, jdoe's text file and no notebook."""
+    bea's blank, kim's blank beside her final in one attempt, jdoe's text file and no notebook, zoe's empty zip."""
     from conftest import run_cli
 
     work, blank = work_and_blank
@@ -470,6 +502,7 @@ def graded_blackboard(tmp_path_factory, work_and_blank):
             attempt.format("klee", "01_tensors.ipynb"): blank,
             attempt.format("klee", "01_tensors_final.ipynb"): work,
             attempt.format("jdoe", "notes.txt"): "I could not open Jupyter",
+            attempt.format("zoe", "work.zip"): zip_bytes({}),
         },
     )
     download = zipped(folder, root / "gradebook_01_tensors.zip")
@@ -493,7 +526,7 @@ def test_a_graded_download_is_untouched_and_every_file_is_in_the_manifest(graded
     assert process.returncode == 0, process.stderr
     assert hashes(download) == before
     assert "format: blackboard detected" in process.stdout
-    assert "9 file(s): 2 copy not graded, 3 graded, 1 not taken, 3 platform metadata" in process.stdout
+    assert "10 file(s): 1 archive opened, 2 copy not graded, 3 graded, 1 not taken, 3 platform metadata" in process.stdout
     manifest = read_csv(course.root / "manifest.csv")
     assert sorted(row["file"] for row in manifest) == files_in(download)
     kim, name = safe_id("Kim [2]"), "01 Tensors_{}_attempt_{}_{}".format
@@ -514,7 +547,7 @@ def test_a_graded_download_gives_grades_and_statuses_an_instructor_can_act_on(gr
     assert list(grades[0]) == GRADES_COLUMNS
     by_id = {row["student_id"]: row for row in grades}
     kim = safe_id("Kim [2]")
-    assert sorted(by_id) == sorted(["s001", "bbronte", kim, "jdoe"])
+    assert sorted(by_id) == sorted(["s001", "bbronte", kim, "jdoe", "zoe"])
     assert by_id["s001"]["last_name"] == 'Lovelace, "Jr."' and by_id["s001"]["first_name"] == "Ada"
     assert by_id["s001"]["timestamp"].startswith("2026-11-30 18:30:00")
     assert float(by_id["s001"]["score"]) == full and float(by_id[kim]["score"]) == full
@@ -528,7 +561,9 @@ def test_a_graded_download_gives_grades_and_statuses_an_instructor_can_act_on(gr
     assert {row["submission_status"] for row in ada} == {"review"} and "late by 6h 30min (nbgrader)" in ada[0]["notes"]
     assert {row["submission_status"] for row in tasks if row["student_id"] == kim} == {"review"}
     assert [row["submission_status"] for row in tasks if row["student_id"] == "jdoe"] == ["nothing graded"]
+    (zoe,) = [row for row in tasks if row["student_id"] == "zoe"]
+    assert zoe["submission_status"] == "nothing graded" and "work.zip (the archive holds no file)" in zoe["notes"]
     mapping = {row["student_id"]: row["from"] for row in read_csv(course.root / "student_ids.csv")}
     stranger = "derived, not in the roster"
     made_safe = "roster (its id 'Kim [2]' made safe)"
-    assert mapping == {"s001": "roster", kim: made_safe, "bbronte": stranger, "jdoe": stranger}
+    assert mapping == {"s001": "roster", kim: made_safe, "bbronte": stranger, "jdoe": stranger, "zoe": stranger}

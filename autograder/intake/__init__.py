@@ -13,7 +13,8 @@ Which copy is graded when a student handed in more than one notebook for an
 assignment (a resubmission, two sections, a draft beside the final, a blank
 notebook beside a filled one): the latest submission time the platform gives,
 then the notebook with the most solution cells changed from the release, then
-the one named ``<assignment_id>.ipynb``, then the first by name. The others are
+Canvas's later upload (``-2`` over ``-1`` over none), then the one named
+``<assignment_id>.ipynb``, then the first by name. The others are
 named in the notes, and the submission's status is ``review``.
 
 Submission times come only from the platform (Blackboard's receipt and file
@@ -24,7 +25,6 @@ to a platform is the student's and is not trusted.
 
 from __future__ import annotations
 
-import csv
 import difflib
 import re
 import shutil
@@ -41,7 +41,7 @@ from nbformat import NotebookNode
 from .. import structure
 from ..course import Course, CourseError, grade_id, is_solution
 from .archives import Entry, Listing, Refused, list_download, under
-from .roster import Mapper, Mapping, Roster, write_mapping
+from .roster import Mapper, Mapping, Roster, write_csv, write_mapping
 from .shapes import FORMATS, SHAPES, TIMESTAMP, ZIP_COLLECT, Claim, Shape, _utc
 
 __all__ = ["FORMATS", "Intake", "Roster", "Submission", "opened", "place", "refuse_course_folders", "write_mapping"]
@@ -78,7 +78,8 @@ class ManifestRow:
 
     file: str
     status: str
-    """``graded``, ``copy not graded``, ``platform metadata``, ``archive opened``, ``refused`` or ``not taken``."""
+    """``graded``, ``copy not graded``, ``platform metadata``, ``archive opened``, ``refused`` (an archive, or a
+    member of the download's zip) or ``not taken``."""
     student_id: str = ""
     assignment_id: str = ""
     note: str = ""
@@ -273,7 +274,7 @@ def _read(
 
 
 def _opened_status(note: str) -> str:
-    if note.startswith("archive refused"):
+    if note.startswith(("archive refused", "refused")):
         return "refused"
     return "archive opened" if note.startswith("archive opened") else "not taken"
 
@@ -407,7 +408,8 @@ def _choose(
 
     def rank(candidate: _Candidate) -> tuple:
         exact = candidate.claim.file_id.rsplit("/", 1)[-1] == f"{assignment_id}.ipynb"
-        return (candidate.claim.timestamp or EARLIEST, answered[candidate.entry.name], exact)
+        claim = candidate.claim
+        return (claim.timestamp or EARLIEST, answered[candidate.entry.name], claim.resubmission, exact)
 
     ordered = sorted(sorted(found, key=lambda c: c.entry.name, reverse=True), key=rank, reverse=True)
     chosen, rest = ordered[0], ordered[1:]
@@ -505,12 +507,9 @@ def place(course: Course, submission: Submission, *, release: NotebookNode) -> P
 
 
 def write_manifest(rows: list[ManifestRow], path: Path) -> None:
-    """Write the manifest CSV (:data:`MANIFEST_COLUMNS`), one row per file of the download."""
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(MANIFEST_COLUMNS)
-        for row in rows:
-            writer.writerow([row.file, row.status, row.student_id, row.assignment_id, row.note])
+    """Write the manifest CSV (:data:`MANIFEST_COLUMNS`), one row per file of the download (see
+    :func:`.roster.write_csv`)."""
+    write_csv(path, MANIFEST_COLUMNS, [[row.file, row.status, row.student_id, row.assignment_id, row.note] for row in rows])
 
 
 def manifest_summary(rows: list[ManifestRow], *, limit: int = 10) -> str:

@@ -6,10 +6,11 @@ are extracted into a scratch folder, never beside the originals, and their
 members are listed as if they lay where the zip lies (``alice/01_tensors/work.zip``
 holding ``01_tensors.ipynb`` reads as ``alice/01_tensors/01_tensors.ipynb``).
 An archive deeper than :data:`MAX_DEPTH`, with more than :data:`MAX_MEMBERS`
-members, expanding past :data:`MAX_BYTES` or :data:`MAX_RATIO` times its
+members (:data:`MAX_DOWNLOAD_MEMBERS` for the download's own zip), expanding past :data:`MAX_BYTES` or :data:`MAX_RATIO` times its
 compressed size (a zip bomb), holding a member that would land outside its
 folder (absolute, ``..``, a link) or that cannot be read (encrypted, corrupt)
-is refused as a whole with a note, and the rest of the download goes on.
+is refused as a whole with a note, and the rest of the download goes on; in
+the download's own zip such a member is refused alone.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from pathlib import Path, PurePosixPath
 MAX_DEPTH = 3
 """Archives inside archives opened, counting the download's own zip as 1."""
 MAX_MEMBERS = 5000
-"""Members one archive may hold."""
+"""Members one archive inside the download may hold."""
+MAX_DOWNLOAD_MEMBERS = 100_000
+"""Members the download's own zip may hold (a platform's zip of a large course)."""
 MAX_BYTES = 1 << 30
 """Bytes all archives of one download may expand to (1 GiB)."""
 MAX_RATIO = 200
@@ -54,9 +57,10 @@ class Listing:
     entries: list[Entry] = field(default_factory=list)
     """Files to map to students."""
     opened: list[tuple[str, str]] = field(default_factory=list)
-    """(name, note) of each archive opened or refused, and of each link or leftover not followed."""
+    """(name, note) of each archive opened or refused, each member refused, each link or leftover not followed."""
     unopened: list[tuple[Entry, str]] = field(default_factory=list)
-    """Each archive inside the download that was refused or holds no file (as an Entry of its own), and why."""
+    """Each archive inside the download refused or holding no file, and each member of the download's zip
+    refused, as an Entry of its own (``path``: the archive) whose path says whose it is, and why."""
     expanded: int = 0
     """Bytes written to the scratch folder so far."""
 
@@ -123,7 +127,7 @@ def _open(
     try:
         if depth > MAX_DEPTH:
             raise Refused(f"archive nested more than {MAX_DEPTH} deep")
-        count = _extract(archive, target, listing)
+        count = _extract(archive, target, listing, download=not name)
     except Refused as refusal:
         shutil.rmtree(target, ignore_errors=True)
         if not name:
@@ -148,19 +152,33 @@ def _open(
         listing.unopened.append((Entry(name, logical, archive, archives), "the archive holds no file"))
 
 
-def _extract(archive: Path, target: Path, listing: Listing) -> int:
+def _extract(archive: Path, target: Path, listing: Listing, *, download: bool) -> int:
     """Extract ``archive`` into ``target`` within the bounds; return its member count.
 
+    In the ``download``'s own zip a member that escapes, is a link or is
+    encrypted is refused alone, with a note (and as an Entry of
+    ``listing.unopened``, whose path says whose it is); in an archive inside
+    the download it refuses the archive.
+
     Raises:
-        Refused: a bound is exceeded, a member escapes or is a link, or the zip cannot be read.
+        Refused: a bound is exceeded, a member escapes or is a link (not in the download's own zip), or the zip
+            cannot be read.
     """
     try:
         with zipfile.ZipFile(archive) as handle:
-            members = handle.infolist()
-            if len(members) > MAX_MEMBERS:
-                raise Refused(f"{len(members)} members, more than {MAX_MEMBERS}")
-            for info in members:
-                _check_member(info)
+            members, bound = handle.infolist(), MAX_DOWNLOAD_MEMBERS if download else MAX_MEMBERS
+            if len(members) > bound:
+                raise Refused(f"{len(members)} members, more than {bound}")
+            for info in list(members):
+                try:
+                    _check_member(info)
+                except Refused as refusal:
+                    if not download:
+                        raise
+                    members.remove(info)
+                    listing.opened.append((info.filename, f"refused: {refusal}"))
+                    member = info.filename.replace("\\", "/")
+                    listing.unopened.append((Entry(info.filename, member, archive), f"refused: {refusal}"))
             target.mkdir(parents=True)
             for info in members:
                 destination = target / info.filename

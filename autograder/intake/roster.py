@@ -186,10 +186,20 @@ class Mapper:
         return {student_id: sorted(ids) for student_id, ids in found.items() if len(ids) > 1}
 
 
-def write_mapping(mappings: list[Mapping], path: Path) -> None:
-    """Write student_ids.csv: one row per platform identity, with the course student id it maps to."""
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+"""What makes a spreadsheet read a CSV cell as a formula (OWASP, CSV injection)."""
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    """Write a CSV (UTF-8, quoted as needed) whose cells a spreadsheet never runs: one starting with
+    :data:`FORMULA_START` gets a leading ``'``, as OWASP's CSV-injection advice says."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(MAPPING_COLUMNS)
-        for m in mappings:
-            writer.writerow([m.student.student_id, m.format, m.platform_id, m.name, m.email, m.source])
+        writer.writerow(header)
+        writer.writerows([f"'{cell}" if cell.startswith(FORMULA_START) else cell for cell in row] for row in rows)
+
+
+def write_mapping(mappings: list[Mapping], path: Path) -> None:
+    """Write student_ids.csv: one row per platform identity, with the course student id it maps to."""
+    rows = [[m.student.student_id, m.format, m.platform_id, m.name, m.email, m.source] for m in mappings]
+    write_csv(path, MAPPING_COLUMNS, rows)

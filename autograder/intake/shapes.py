@@ -80,6 +80,8 @@ class Claim:
     """When the platform received it (UTC), where the platform says so."""
     late: bool = False
     """The platform marked it late (Canvas's ``_LATE_``)."""
+    resubmission: int = 0
+    """Canvas's ``-N`` after a name handed in again: the Nth later upload of that name (0: none)."""
     email: str = ""
 
 
@@ -165,6 +167,11 @@ class Canvas(Shape):
         r"_(?P<file_id>[^/]+)$"
     )
 
+    def read(self, groups: dict, metadata: dict) -> list[Claim]:
+        (claim,) = super().read(groups, metadata)
+        again = re.search(r"-(\d+)(?:\.[^./-]*)?$", groups["file_id"])
+        return [replace(claim, resubmission=int(again[1]) if again else 0)]
+
 
 class Moodle(Shape):
     name = "moodle"
@@ -187,13 +194,13 @@ class Blackboard(Shape):
     def read(self, groups: dict, metadata: dict) -> list[Claim]:
         if not groups["file_id"]:
             return []  # the receipt itself: see metadata()
-        user, name = metadata.get("users", {}).get(groups["student_id"], (groups["student_id"], ""))
+        user, name = _blackboard_user(groups["student_id"], metadata)
         times, attempt = metadata.get("times", {}), _attempt(groups)
         when = times[attempt] if attempt in times else _name_time(groups)
         return [Claim(user, name, groups["file_id"], timestamp=when)]
 
     def metadata(self, entries: list[Entry]) -> tuple[dict, dict[str, str]]:
-        """Each attempt prefix's username and name, each receipt's ``Date Submitted:`` by attempt.
+        """The assignment name, each receipt's name and username by prefix, its ``Date Submitted:`` by attempt.
 
         The username is the receipt's ``Name: <Full Name> (<username>)``; else
         what follows the assignment name: the receipts' prefix less their
@@ -215,20 +222,15 @@ class Blackboard(Shape):
         prefixes = sorted({groups["student_id"] for _, groups in matched})
         if assignment is None and len(prefixes) > 1:
             assignment = os.path.commonprefix(prefixes).rsplit("_", 1)[0]
-        users = {}
-        for prefix in prefixes:
-            name, user = named.get(prefix, ("", ""))
-            if not user and assignment is not None and prefix.startswith(f"{assignment}_"):
-                user = prefix[len(assignment) + 1 :]
-            users[prefix] = (user or prefix, name)
-        times, notes = {}, {}
+        found = {"assignment": assignment, "named": named, "times": {}}
+        times, notes = found["times"], {}
         for name, (groups, text) in receipts.items():
             when, problem = blackboard_receipt(text)
             if when or problem:
                 times[_attempt(groups)] = when
             said = f"submitted {when:%Y-%m-%d %H:%M:%S} UTC" if when else problem or "no Date Submitted: the name's is used"
-            notes[name] = f"Blackboard receipt of {users[groups['student_id']][0]}: {said}"
-        return {"users": users, "times": times}, notes
+            notes[name] = f"Blackboard receipt of {_blackboard_user(groups['student_id'], found)[0]}: {said}"
+        return found, notes
 
 
 class Gradescope(Shape):
@@ -248,6 +250,15 @@ class Gradescope(Shape):
         notes = {found[0].name: f"Gradescope metadata: submitters and times of {len(metadata)} submission(s)"}
         notes |= {entry.name: f"another {GRADESCOPE_METADATA}: {found[0].name} is read" for entry in found[1:]}
         return metadata, notes
+
+
+def _blackboard_user(prefix: str, metadata: dict) -> tuple[str, str]:
+    """(username, full name) of a Blackboard attempt prefix ``<assignment>_<username>``, by :meth:`Blackboard.metadata`."""
+    name, user = metadata.get("named", {}).get(prefix, ("", ""))
+    assignment = metadata.get("assignment")
+    if not user and assignment is not None and prefix.startswith(f"{assignment}_"):
+        user = prefix[len(assignment) + 1 :]
+    return user or prefix, name
 
 
 def _name_time(groups: dict) -> datetime:
