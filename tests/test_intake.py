@@ -409,6 +409,8 @@ def test_roster_mistakes_never_merge_two_students_silently(tmp_path, work_and_bl
     found = take(build("canvas", tmp_path / "canvas", *work_and_blank).path, roster=both)
     (s1,) = found.submissions
     assert s1.review and "platform ids 1001, 1002 all map to s1 in the roster" in s1.notes[-1]
+    graded = [row.note for row in found.manifest if row.status == "graded"]
+    assert len(graded) == 1 and "all map to s1 in the roster" in graded[0]
     # A roster id equal to another student's derived id: the derived one is made unique.
     taken_id = Roster.read(roster_of(tmp_path, header, ["brontebea_1002", "1001"]))
     found = take(build("canvas", tmp_path / "canvas2", *work_and_blank).path, roster=taken_id)

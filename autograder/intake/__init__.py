@@ -192,8 +192,10 @@ def _read(
     others: dict[str, list[str]] = {}
     for archive, note in listing.unopened:
         # A student whose archive is refused or holds nothing is still a student of the download.
-        students = [mapper.map(platform_id=c.platform_id, name=c.name, email=c.email).student.student_id
-                    for c in shape.claims(archive, metadata)]
+        students = [
+            mapper.map(platform_id=c.platform_id, name=c.name, email=c.email).student.student_id
+            for c in shape.claims(archive, metadata)
+        ]
         opened_rows[archive.name] = replace(opened_rows[archive.name], student_id=" + ".join(students))
         for student in students:
             others.setdefault(student, []).append(f"{archive.name} ({note})")
@@ -258,6 +260,7 @@ def _read(
         if student_id in shared:
             submission.notes.append(shared[student_id])
             submission.review = True
+            copies[0] = replace(copies[0], note="; ".join(filter(None, [copies[0].note, shared[student_id]])))
         submissions.append(submission)
         rows += copies
     placed = {s.student_id for s in submissions}
@@ -509,7 +512,8 @@ def place(course: Course, submission: Submission, *, release: NotebookNode) -> P
 def write_manifest(rows: list[ManifestRow], path: Path) -> None:
     """Write the manifest CSV (:data:`MANIFEST_COLUMNS`), one row per file of the download (see
     :func:`.roster.write_csv`)."""
-    write_csv(path, MANIFEST_COLUMNS, [[row.file, row.status, row.student_id, row.assignment_id, row.note] for row in rows])
+    cells = [[row.file, row.status, row.student_id, row.assignment_id, row.note] for row in rows]
+    write_csv(path, MANIFEST_COLUMNS, cells)
 
 
 def manifest_summary(rows: list[ManifestRow], *, limit: int = 10) -> str:

@@ -6,7 +6,8 @@ are extracted into a scratch folder, never beside the originals, and their
 members are listed as if they lay where the zip lies (``alice/01_tensors/work.zip``
 holding ``01_tensors.ipynb`` reads as ``alice/01_tensors/01_tensors.ipynb``).
 An archive deeper than :data:`MAX_DEPTH`, with more than :data:`MAX_MEMBERS`
-members (:data:`MAX_DOWNLOAD_MEMBERS` for the download's own zip), expanding past :data:`MAX_BYTES` or :data:`MAX_RATIO` times its
+members (:data:`MAX_DOWNLOAD_MEMBERS` for the download's own zip), expanding
+past :data:`MAX_BYTES` or :data:`MAX_RATIO` times its
 compressed size (a zip bomb), holding a member that would land outside its
 folder (absolute, ``..``, a link) or that cannot be read (encrypted, corrupt)
 is refused as a whole with a note, and the rest of the download goes on; in

@@ -64,8 +64,10 @@ class Roster:
     """Platform ids, emails and names -> course students, read from the instructor's CSV."""
 
     def __init__(self, rows: list[dict[str, str]]) -> None:
-        """Raises:
-        CourseError: one platform_id on two rows (it would merge two students); the message names the rows.
+        """A roster of ``rows`` (a CSV's dicts, :data:`ROSTER_COLUMNS`).
+
+        Raises:
+            CourseError: one platform_id on two rows (it would merge two students); the message names the rows.
         """
         self.by_key: dict[str, Student] = {}
         self.original: dict[str, str] = {}

@@ -228,7 +228,8 @@ class Blackboard(Shape):
             when, problem = blackboard_receipt(text)
             if when or problem:
                 times[_attempt(groups)] = when
-            said = f"submitted {when:%Y-%m-%d %H:%M:%S} UTC" if when else problem or "no Date Submitted: the name's is used"
+            said = f"submitted {when:%Y-%m-%d %H:%M:%S} UTC" if when else problem
+            said = said or "no Date Submitted: the name's is used"
             notes[name] = f"Blackboard receipt of {_blackboard_user(groups['student_id'], found)[0]}: {said}"
         return found, notes
 
@@ -253,7 +254,8 @@ class Gradescope(Shape):
 
 
 def _blackboard_user(prefix: str, metadata: dict) -> tuple[str, str]:
-    """(username, full name) of a Blackboard attempt prefix ``<assignment>_<username>``, by :meth:`Blackboard.metadata`."""
+    """(username, full name) of a Blackboard attempt prefix ``<assignment>_<username>``, from what
+    :meth:`Blackboard.metadata` read."""
     name, user = metadata.get("named", {}).get(prefix, ("", ""))
     assignment = metadata.get("assignment")
     if not user and assignment is not None and prefix.startswith(f"{assignment}_"):
