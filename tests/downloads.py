@@ -96,6 +96,19 @@ def moodle(work: str, blank: str) -> tuple[Files, dict[str, str]]:
     return files, {"Ada_Lovelace_31": ada, "Bea_Bronte_32": bea}
 
 
+def moodle_namings(work: str, blank: str) -> dict[str, tuple[Files, dict[str, str]]]:
+    """Moodle's three namings of one download, by ``mod/assign/classes/downloader.php``: in folders (the
+    default since 3.1) ``<Full Name>_<id>_assignsubmission_file/`` (Moodle 4) or ``..._file_/`` (Moodle 3),
+    and with "Download submissions in folders" off, flat ``<Full Name>_<id>_assignsubmission_file_<file>``."""
+    namings = {"moodle 4 folders": "{}_assignsubmission_file/", "moodle 3 folders": "{}_assignsubmission_file_/"}
+    namings["flat"] = "{}_assignsubmission_file_"
+    found = {}
+    for naming, pattern in namings.items():
+        ada, bea = (pattern.format(who) + "01_tensors.ipynb" for who in ("Ada Lovelace_31", "Béa Brontë_32"))
+        found[naming] = {ada: work, bea: blank}, {"Ada_Lovelace_31": ada, "Bea_Bronte_32": bea}
+    return found
+
+
 BLACKBOARD_RECEIPT = """Name: {name} ({user})
 Assignment: 01 Tensors
 Date Submitted: {when}

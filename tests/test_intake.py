@@ -15,6 +15,7 @@ from downloads import (
     build,
     canvas_names,
     hashes,
+    moodle_namings,
     nbgrader_layout,
     notebooks,
     write,
@@ -166,6 +167,15 @@ def test_canvas_names_with_hyphens_and_non_ascii_letters_are_taken(tmp_path, wor
     files, expected = canvas_names(*work_and_blank)
     found = taken(tmp_path / "download", files)
     assert found.format == "canvas"
+    assert {s.student_id: s.source for s in found.submissions} == expected
+    assert {row.status for row in found.manifest} == {"graded"}
+
+
+@pytest.mark.parametrize("naming", ["moodle 4 folders", "moodle 3 folders", "flat"])
+def test_moodle_downloads_in_folders_or_flat_are_taken(tmp_path, naming, work_and_blank):
+    files, expected = moodle_namings(*work_and_blank)[naming]
+    found = taken(tmp_path / "download", files)
+    assert found.format == "moodle"
     assert {s.student_id: s.source for s in found.submissions} == expected
     assert {row.status for row in found.manifest} == {"graded"}
 

@@ -19,9 +19,11 @@ which matches absolute paths. Naming rules, from each platform's documents:
   without ``_``), ``_LATE_`` (``_late_`` in newer Canvas) after the
   name for work handed in after the due date; Canvas adds ``-1``, ``-2`` to an
   original name handed in again. No submission time is in the download.
-- ``moodle``: "Download all submissions" holds one folder per student,
-  ``<Full Name>_<participant id>_assignsubmission_file_/`` (online text in
-  ``..._assignsubmission_onlinetext_/``), the student's files inside. No time.
+- ``moodle``: "Download all submissions" holds one folder per student
+  (``mod/assign/classes/downloader.php``), ``<Full Name>_<participant id>_assignsubmission_file/``
+  (Moodle 4; ``..._file_/`` in Moodle 3; online text in ``..._assignsubmission_onlinetext/``),
+  the student's files inside, the full name's ``_`` made spaces; with "Download submissions
+  in folders" off, flat ``<Full Name>_<participant id>_assignsubmission_file_<file>``. No time.
 - ``blackboard``: "Assignment File Download" gives
   ``<assignment>_<username>_attempt_<YYYY-MM-DD-HH-MM-SS>_<original name>``
   per file and ``<assignment>_<username>_attempt_<YYYY-MM-DD-HH-MM-SS>.txt``, a
@@ -175,11 +177,12 @@ class Canvas(Shape):
 
 class Moodle(Shape):
     name = "moodle"
-    description = "<Full Name>_<id>_assignsubmission_file_/<file> (Moodle Download all submissions)"
+    description = "<Full Name>_<id>_assignsubmission_file/<file> or, flat, ..._file_<file> (Moodle Download all)"
     named_regexp = (
-        r"(?:.*/)?(?P<name>[^/]+)_(?P<student_id>\d+)_assignsubmission_(?:file|onlinetext)_/"
+        r"(?:.*/)?(?P<name>[^/]+)_(?P<student_id>\d+)_assignsubmission_(?:file|onlinetext)(?:_?/|_)"
         r"(?P<file_id>(?:[^/]+/)*[^/]+)$"
     )
+    """In folders ``..._file/`` (Moodle 4), ``..._file_/`` (Moodle 3), or flat ``..._file_<file>``."""
 
 
 class Blackboard(Shape):
