@@ -74,11 +74,17 @@ def validate(path: Path) -> Validation:
     The file is not changed.
 
     Raises:
-        CourseError: ``path`` is not a readable ``.ipynb`` file.
+        CourseError: ``path`` is not a readable ``.ipynb`` file, or no ``checks.py`` is beside it (every
+            test cell imports it: without it each would fail with a ``NameError`` that says nothing).
     """
     if path.suffix != ".ipynb":
         raise CourseError(f"{path} is not a notebook file (.ipynb)")
     path = path.resolve()
+    if not (path.parent / "checks.py").is_file():
+        raise CourseError(
+            f"no checks.py beside {path}: the test cells import it; copy the one of the assignment's "
+            "release folder next to the notebook (e.g. release/01_tensors/checks.py)"
+        )
     original = read_notebook(path)
     # The kernel's "running over TCP without encryption" warning would alarm a student for nothing.
     validator = _Validator(config=Config({"Execute": {"extra_arguments": ["--IPKernelApp.log_level=ERROR"]}}))

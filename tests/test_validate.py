@@ -85,3 +85,12 @@ def test_validate_says_which_test_cell_was_edited(student_folder, cli):
     edited = cli("validate", str(student_folder / "edited.ipynb"))
     assert edited.returncode == 1
     assert f"EDITED  {grade_id(tests)}: this test cell was edited" in edited.stdout
+
+
+def test_validate_says_so_when_checks_py_is_not_beside_the_notebook(student_folder, cli, tmp_path):
+    alone = tmp_path / "solved.ipynb"
+    shutil.copy(student_folder / "solved.ipynb", alone)
+    process = cli("validate", str(alone))
+    assert process.returncode == 2
+    assert f"no checks.py beside {alone}" in process.stderr and "release/01_tensors/checks.py" in process.stderr
+    assert "NameError" not in process.stdout + process.stderr
