@@ -103,8 +103,12 @@ def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
     """Why a cell's records fail against the reference's (``None`` when they pass).
 
     Records are paired in order; each pair must name the same check and
-    label, and the student's value must pass the reference's expected value
-    under the reference's rule (:func:`passes`).
+    label, the object checked must be of the exact type the reference's was
+    (a ``tuple`` where the reference returns a tuple, not a list; a Python
+    ``float``, not a 0-d tensor or a NumPy scalar; ``raises`` records aside),
+    and the student's value must pass the reference's expected value under
+    the reference's rule (:func:`passes`). A value the kernel refused to
+    encode (``{"refused": why}``: a tensor or array subclass) passes nothing.
     """
     for number, trusted in enumerate(reference, start=1):
         where = f"check {number} of {len(reference)} ({trusted.get('label')})"
@@ -116,6 +120,8 @@ def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
             trusted.get("label"),
         ):
             return f"{where}: a different check ran in its place"
+        if trusted.get("check") != "raises" and record.get("type") != trusted.get("type"):
+            return f"{where}: got a {record.get('type')} where the reference solution gives a {trusted.get('type')}"
         if passes(trusted["check"], record.get("value"), trusted.get("expected"), trusted.get("rule", {})) is False:
             return f"{where} failed when judged outside the kernel"
     if len(student) > len(reference):
