@@ -29,9 +29,11 @@ error and no stderr, else 0, whatever else the kernel sent and in what order.
 A test cell whose reference run records nothing is left to nbgrader's own
 verdict (``autograder check`` reports such cells), its execute_results made
 display_data all the same. What this cannot stop: a
-kernel that forges records by patching the check helpers' internals to
-record the expected value it was given; ``autograder.structure`` notes
-submissions that touch the grading machinery, for a person to review.
+kernel that forges records (reaches the check helpers' module or IPython's
+display and records the expected value a test handed it), since nothing a
+kernel sends can prove where it came from; every way to do that needs code
+that ``autograder.machinery`` reports, so such a submission is flagged for
+a person to review.
 """
 
 from __future__ import annotations
