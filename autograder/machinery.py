@@ -96,7 +96,9 @@ SYS_FACTS = frozenset({"version", "version_info", "platform", "float_info", "int
                        "getsizeof", "float_repr_style", "getrecursionlimit"})
 """``sys`` attributes that only read a fact about the interpreter."""
 
-OS_READS = frozenset({"path", "getenv", "getcwd", "listdir", "cpu_count", "sep", "linesep", "name", "fspath", "environ"})
+OS_READS = frozenset(
+    {"path", "getenv", "getcwd", "listdir", "cpu_count", "sep", "linesep", "name", "fspath", "environ"}
+)
 """``os`` attributes that only read (``os.environ`` only through :data:`ENVIRON_READS`)."""
 
 ENVIRON_READS = frozenset({"get", "items", "keys", "values", "copy"})
@@ -320,7 +322,8 @@ def protected_names(sources: list[str]) -> dict[str, str | None]:
             if isinstance(statement, ast.Import):
                 names.update({alias.asname or alias.name.split(".")[0]: alias.name for alias in statement.names})
             elif isinstance(statement, ast.ImportFrom):
-                names.update({alias.asname or alias.name: f"{statement.module}.{alias.name}" for alias in statement.names})
+                module = statement.module
+                names.update({alias.asname or alias.name: f"{module}.{alias.name}" for alias in statement.names})
             elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names[statement.name] = None
             elif isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):

@@ -135,7 +135,8 @@ def test_honest_code_is_not_flagged(code):
 
 
 def test_a_finding_names_its_line_and_quotes_the_code():
-    assert findings("x = 1\nimport checks", protected=PROTECTED) == ["line 2: imports the module checks ('import checks')"]
+    found = findings("x = 1\nimport checks", protected=PROTECTED)
+    assert found == ["line 2: imports the module checks ('import checks')"]
 
 
 def test_the_notebooks_own_names_are_protected_with_the_modules_they_name():

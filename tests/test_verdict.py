@@ -139,7 +139,8 @@ def test_a_different_type_than_the_references_fails_even_where_the_kernel_accept
     reference = [record_of(lambda: check_close(0.5, 0.5, label="l"))]
     tensor = [record_of(lambda: check_close(torch.tensor(0.5), 0.5, label="l"))]
     assert first_mismatch(reference, reference) is None
-    assert first_mismatch(tensor, reference) == "check 1 of 1 (l): got a torch.Tensor where the reference solution gives a float"
+    problem = first_mismatch(tensor, reference)
+    assert problem == "check 1 of 1 (l): got a torch.Tensor where the reference solution gives a float"
 
 
 def test_a_list_where_a_tuple_is_expected_fails_outside_whatever_the_kernel_says():

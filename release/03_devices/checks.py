@@ -142,7 +142,8 @@ _TensorBase = torch._C.TensorBase
 _DETACH, _TO, _TOLIST, _NUMEL = _TensorBase.detach, _TensorBase.to, _TensorBase.tolist, _TensorBase.numel
 _RESOLVE_CONJ, _RESOLVE_NEG = _TensorBase.resolve_conj, _TensorBase.resolve_neg
 _IS_COMPLEX, _IS_FLOATING = _TensorBase.is_complex, _TensorBase.is_floating_point
-_SIZE, _STRIDE, _ELEMENT_SIZE, _DATA_PTR = _TensorBase.size, _TensorBase.stride, _TensorBase.element_size, _TensorBase.data_ptr
+_SIZE, _STRIDE, _ELEMENT_SIZE = _TensorBase.size, _TensorBase.stride, _TensorBase.element_size
+_DATA_PTR = _TensorBase.data_ptr
 _DTYPE, _DEVICE = _TensorBase.dtype.__get__, _TensorBase.device.__get__
 _ND_TOLIST, _ND_SHAPE, _ND_DTYPE = np.ndarray.tolist, np.ndarray.shape.__get__, np.ndarray.dtype.__get__
 _ND_STRIDES, _ND_SIZE, _ND_ITEMSIZE = np.ndarray.strides.__get__, np.ndarray.size.__get__, np.ndarray.itemsize.__get__
@@ -160,7 +161,7 @@ _PLAIN_ATOMS = (type(None), bool, int, float, str)
 
 
 def type_name(value: Any) -> str:
-    """The exact type of ``value`` as recorded: ``float``, ``tuple``, ``torch.Tensor``, ``numpy.float64``, ``numpy.ndarray``...
+    """The exact type of ``value`` as recorded: ``float``, ``tuple``, ``torch.Tensor``, ``numpy.float64``...
 
     Read from the type itself (``type``'s own descriptors), so no metaclass of a student's is consulted.
     """
@@ -251,7 +252,7 @@ def _encode_float(number: float) -> Any:
 
 
 def _encode_nested(item: Any) -> Any:
-    """The values ``tolist`` gave: nested lists of numbers (complex as ``[real, imag]``), or objects of an object array."""
+    """What ``tolist`` gave: nested lists of numbers (complex as ``[real, imag]``), or an object array's objects."""
     cls = type(item)
     if cls is list:
         return [_encode_nested(element) for element in item]
@@ -323,9 +324,10 @@ def check_dtype(actual: Any, expected: torch.dtype | np.dtype | type, *, label: 
         AssertionError: ``actual`` has no dtype, or a different one.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
-    dtype = _DTYPE(actual) if type(actual) in _PLAIN_TENSORS else _ND_DTYPE(actual) if type(actual) is np.ndarray else None
+    dtype = _dtype(actual)
     expected_name = str(expected) if isinstance(expected, torch.dtype) else str(np.dtype(expected))
-    if (reason := _record("dtype", label, actual, None if dtype is None else str(dtype), expected_name, _EXACT)):
+    found = None if dtype is None else str(dtype)
+    if (reason := _record("dtype", label, actual, found, expected_name, _EXACT)) is not None:
         raise _fail(label, reason)
     if dtype is None:
         raise _fail(label, f"expected a tensor of dtype {expected}, got a {type(actual).__name__}")
@@ -348,7 +350,8 @@ def check_device(actual: Any, expected: torch.device | str, *, label: str) -> No
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     device = _DEVICE(actual) if type(actual) in _PLAIN_TENSORS else None
     expected = torch.device(expected)
-    if (reason := _record("device", label, actual, None if device is None else str(device), str(expected), _DEVICE_RULE)):
+    found = None if device is None else str(device)
+    if (reason := _record("device", label, actual, found, str(expected), _DEVICE_RULE)) is not None:
         raise _fail(label, reason)
     if device is None:
         raise _fail(label, f"expected a tensor on {expected}, got a {type(actual).__name__}")
@@ -533,6 +536,15 @@ def _as_tensor(value: Any) -> torch.Tensor | None:
         return torch.from_numpy(np.ascontiguousarray(value))
     if type(value) in (bool, int, float) or type(value) in _NUMPY_NUMBERS:
         return torch.tensor(value)
+    return None
+
+
+def _dtype(value: Any) -> torch.dtype | np.dtype | None:
+    """The dtype of a plain tensor or array (exact types), else ``None``."""
+    if type(value) in _PLAIN_TENSORS:
+        return _DTYPE(value)
+    if type(value) is np.ndarray:
+        return _ND_DTYPE(value)
     return None
 
 
