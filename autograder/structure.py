@@ -31,24 +31,14 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
 
-from .course import grade_id, is_solution
-
-GRADING_MACHINERY = re.compile(
-    r"\bimport\s+checks\b|\bfrom\s+checks\b|\bchecks\s*\.\s*(?:check_\w+|_\w+|records|encode_value|RECORD_\w+)\b"
-    r"|\b(?:get_ipython|_record|builtins|__builtins__|__torch_function__|RECORD_MIME_TYPE)\b"
-    r"|\bsys\s*\.\s*(?:modules|settrace|setprofile|exit)\b|\bos\s*\.\s*_exit\b"
-    r"|^\s*def\s+check_\w+|^\s*(?:check_\w+|torch(?:\.\w+)+|np(?:\.\w+)+|numpy(?:\.\w+)+)\s*=",
-    re.MULTILINE,
-)
-"""Code a student rarely needs and an attack on the grading does: the check helpers or their module,
-IPython's machinery, interpreter hooks, or a library function replaced (``torch.equal = ...``)."""
+from .course import grade_id, is_autograder_tests, is_solution
+from .machinery import findings, protected_names
 
 MAX_NOTEBOOK_BYTES = 64 * 2**20
 """A submitted notebook larger than this (64 MiB; outputs are cleared anyway) is an invalid notebook."""
@@ -71,7 +61,8 @@ class Normalised:
     repairs: list[str] = field(default_factory=list)
     """One sentence per repair, for the student's and instructor's report."""
     review: list[str] = field(default_factory=list)
-    """Code that touches the grading machinery (see :data:`GRADING_MACHINERY`), quoted for a person to read."""
+    """What the student's code does that touches the grading machinery (:func:`autograder.machinery.findings`),
+    one line per finding with its cell, for a person to read."""
 
 
 def parse(raw: bytes) -> tuple[NotebookNode, list[str]]:
@@ -169,12 +160,15 @@ def _rebuilt(submitted: NotebookNode, release: NotebookNode, repairs: list[str])
         submitted_name = submitted_value.get("name") if isinstance(submitted_value, dict) else submitted_value
         if submitted_name != release.metadata.get(key, {}).get("name"):
             repairs.append(f"notebook metadata {key} changed: the release's is used")
+    protected = protected_names(
+        [cell.source for cell in release.cells if cell.cell_type == "code" and not _student_written(cell)
+         and not is_autograder_tests(cell)]
+    )
     review = [
-        f"cell {index}: {match.group(0).strip()!r}"
+        f"cell {index}: {finding}"
         for index, cell in enumerate(notebook.cells)
         if cell.cell_type == "code" and _student_written(cell)
-        for match in [GRADING_MACHINERY.search(cell.source)]
-        if match
+        for finding in findings(cell.source, protected=protected)
     ]
     return Normalised(notebook=notebook, readable=True, repairs=repairs, review=review)
 

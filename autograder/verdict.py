@@ -29,9 +29,11 @@ error and no stderr, else 0, whatever else the kernel sent and in what order.
 A test cell whose reference run records nothing is left to nbgrader's own
 verdict (``autograder check`` reports such cells), its execute_results made
 display_data all the same. What this cannot stop: a
-kernel that forges records by patching the check helpers' internals to
-record the expected value it was given; ``autograder.structure`` notes
-submissions that touch the grading machinery, for a person to review.
+kernel that forges records (reaches the check helpers' module or IPython's
+display and records the expected value a test handed it), since nothing a
+kernel sends can prove where it came from; every way to do that needs code
+that ``autograder.machinery`` reports, so such a submission is flagged for
+a person to review.
 """
 
 from __future__ import annotations
@@ -103,8 +105,12 @@ def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
     """Why a cell's records fail against the reference's (``None`` when they pass).
 
     Records are paired in order; each pair must name the same check and
-    label, and the student's value must pass the reference's expected value
-    under the reference's rule (:func:`passes`).
+    label, the object checked must be of the exact type the reference's was
+    (a ``tuple`` where the reference returns a tuple, not a list; a Python
+    ``float``, not a 0-d tensor or a NumPy scalar; ``raises`` records aside),
+    and the student's value must pass the reference's expected value under
+    the reference's rule (:func:`passes`). A value the kernel refused to
+    encode (``{"refused": why}``: a tensor or array subclass) passes nothing.
     """
     for number, trusted in enumerate(reference, start=1):
         where = f"check {number} of {len(reference)} ({trusted.get('label')})"
@@ -116,6 +122,8 @@ def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
             trusted.get("label"),
         ):
             return f"{where}: a different check ran in its place"
+        if trusted.get("check") != "raises" and record.get("type") != trusted.get("type"):
+            return f"{where}: got a {record.get('type')} where the reference solution gives a {trusted.get('type')}"
         if passes(trusted["check"], record.get("value"), trusted.get("expected"), trusted.get("rule", {})) is False:
             return f"{where} failed when judged outside the kernel"
     if len(student) > len(reference):

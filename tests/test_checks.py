@@ -35,11 +35,12 @@ def test_passing_checks_record_their_values_in_order():
     check_close(x, x + 1e-7, label="x close", rtol=0, atol=1e-6)
     assert [r["check"] for r in checks.records] == ["shape", "dtype", "close"]
     assert checks.records[0] == {
-        "version": 2,
+        "version": 3,
         "check": "shape",
         "label": "shape of x",
-        "value": [2, 3],
-        "expected": [2, 3],
+        "type": "torch.Tensor",
+        "value": {"tuple": [2, 3]},
+        "expected": {"tuple": [2, 3]},
         "rule": {"kind": "exact"},
     }
     assert checks.records[1]["expected"] == "torch.float32"
@@ -169,7 +170,11 @@ def test_encode_value_covers_the_documented_types():
     assert encode_value(float("nan")) == {"float": "nan"}
     assert encode_value(torch.float16) == {"dtype": "torch.float16"}
     assert encode_value(torch.device("cpu")) == {"device": "cpu"}
-    assert encode_value(np.int64(3)) == 3
+    assert encode_value(np.int64(3)) == {"numpy": {"dtype": "int64", "value": 3}}
+    assert encode_value(np.float64(0.5)) == {"numpy": {"dtype": "float64", "value": 0.5}}
+    assert encode_value((1, [2.0, True])) == {"tuple": [1, [2.0, True]]}
+    assert encode_value(torch.Size([2, 3])) == {"size": [2, 3]}
+    assert encode_value({"device": "cpu"}) == {"dict": {"device": "cpu"}}
     encoded = encode_value(torch.tensor([1.5, float("-inf")], dtype=torch.bfloat16))
     assert encoded == {
         "tensor": {"dtype": "torch.bfloat16", "shape": [2], "device": "cpu", "data": [1.5, {"float": "-inf"}]}
@@ -236,3 +241,77 @@ def test_check_close_judges_as_torch_testing_assert_close(actual, expected, opti
     except AssertionError:
         ours_passes = False
     assert ours_passes == torch_passes
+
+
+class ReportsOnes(torch.Tensor):
+    """A tensor subclass that reports ones, whatever it holds, to every method the old encoder called."""
+
+    def tolist(self):
+        return torch.ones(self.shape).tolist()
+
+    def detach(self):
+        return torch.ones(self.shape)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.equal:
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_a_tensor_subclass_is_refused_with_the_reason_and_never_asked_for_its_values():
+    zeros = torch.zeros(2).as_subclass(ReportsOnes)
+    for check in (
+        lambda: check_equal(zeros, torch.ones(2), label="l"),
+        lambda: check_close(zeros, torch.ones(2), label="l"),
+        lambda: check_shape(zeros, (2,), label="l"),
+        lambda: check_shares_memory(zeros, zeros, label="l"),
+    ):
+        with pytest.raises(AssertionError, match="ReportsOnes, a torch.Tensor subclass: return a plain torch.Tensor"):
+            check()
+        assert checks.records[-1]["value"] == {"refused": checks.refusal(zeros)}
+    assert encode_value([zeros]) == [{"refused": checks.refusal(zeros)}]
+    assert checks.refusal(torch.nn.Parameter(torch.zeros(2))) is None
+
+
+def test_methods_set_on_a_plain_tensor_or_replaced_on_its_class_do_not_change_its_record(monkeypatch):
+    zeros = torch.zeros(2)
+    zeros.detach = lambda: torch.ones(2)
+    zeros.tolist = lambda: [1.0, 1.0]
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: [1.0, 1.0])
+    monkeypatch.setattr(torch.Tensor, "numpy", lambda self, **kwargs: np.ones(2))
+    assert encode_value(zeros)["tensor"]["data"] == [0.0, 0.0]
+
+
+def test_a_torch_function_mode_does_not_reach_the_encoder():
+    class Ones(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            if getattr(func, "__name__", "") == "tolist":
+                return [1.0] * len(result)
+            return torch.ones_like(result) if type(result) is torch.Tensor else result
+
+    zeros = torch.zeros(2)
+    with Ones():
+        assert zeros.tolist() == [1.0, 1.0]  # the mode is active
+        encoded = encode_value(zeros)
+    assert encoded["tensor"]["data"] == [0.0, 0.0]
+
+
+def test_an_exception_message_is_read_without_the_students_str():
+    class Liar(ValueError):
+        def __str__(self):
+            return "outside"
+
+    with pytest.raises(AssertionError, match="lacks 'outside'"):
+        with check_raises(ValueError, label="l", match="outside"):
+            raise Liar("inside")
+    assert checks.records[-1]["value"]["message"] == "inside"
+
+
+def test_records_name_the_exact_type_checked():
+    check_close(0.5, 0.5, label="float")
+    check_close(np.float64(0.5), 0.5, label="numpy", check_dtype=False)
+    check_close(torch.tensor(0.5), 0.5, label="tensor")
+    check_equal([1, 2], [1, 2], label="list")
+    assert [r["type"] for r in checks.records] == ["float", "numpy.float64", "torch.Tensor", "list"]

@@ -162,7 +162,7 @@ def test_code_that_touches_the_grading_machinery_is_quoted_for_review():
     find(notebook, grade_id(SOLUTION)).source = "import checks\n" + ANSWER
     result = normalised(notebook)
     assert result.repairs == []
-    assert len(result.review) == 1 and result.review[0].endswith("'import checks'")
+    assert len(result.review) == 1 and result.review[0].endswith(": line 1: imports the module checks ('import checks')")
     assert normalised(student_notebook()).review == []
 
 

@@ -51,6 +51,8 @@ CASES = {
     "equal_bool_for_int": lambda: check_equal(True, 1, label="l"),
     "equal_str": lambda: check_equal("a", "b", label="l"),
     "equal_tuple": lambda: check_equal((1, 2), (1, 2), label="l"),
+    "equal_list_for_tuple": lambda: check_equal([1, 2], (1, 2), label="l"),
+    "equal_numpy_scalar_for_float": lambda: check_equal(np.float64(0.5), 0.5, label="l"),
     "equal_ndarray": lambda: check_equal(np.arange(3), np.arange(3), label="l"),
     "equal_object": lambda: check_equal(object(), 3, label="l"),
     "close_within": lambda: check_close(x, x + 1e-7, label="l"),
@@ -129,3 +131,27 @@ def test_records_judge_alike_from_memory_from_a_notebook_and_from_stored_json():
     assert type(from_notebook["value"]) is not type(from_json["expected"])
     assert first_mismatch([from_notebook], [from_json]) is None
     assert passes("equal", nbformat.from_dict({"n": True}), {"n": 1}, {"kind": "exact"}) is False
+
+
+def test_a_different_type_than_the_references_fails_even_where_the_kernel_accepts_it():
+    """A 0-d tensor where the reference returns a Python float passes check_close in the kernel (both are float32
+    tensors there); the record's exact type tells them apart outside."""
+    reference = [record_of(lambda: check_close(0.5, 0.5, label="l"))]
+    tensor = [record_of(lambda: check_close(torch.tensor(0.5), 0.5, label="l"))]
+    assert first_mismatch(reference, reference) is None
+    problem = first_mismatch(tensor, reference)
+    assert problem == "check 1 of 1 (l): got a torch.Tensor where the reference solution gives a float"
+
+
+def test_a_list_where_a_tuple_is_expected_fails_outside_whatever_the_kernel_says():
+    reference = record_of(lambda: check_equal((2, 3), (2, 3), label="l"))
+    forged_list = {**reference, "type": "tuple", "value": checks.encode_value([2, 3])}
+    assert passes("equal", forged_list["value"], reference["expected"], reference["rule"]) is False
+    assert first_mismatch([forged_list], [reference]) == "check 1 of 1 (l) failed when judged outside the kernel"
+
+
+def test_a_refused_value_passes_nothing():
+    refused = {"refused": "got a ReportsOnes, a torch.Tensor subclass: return a plain torch.Tensor"}
+    expected = checks.encode_value(torch.ones(2))
+    for check, rule in [("equal", {"kind": "exact"}), ("close", {"kind": "close", "rtol": 1.0, "atol": 1.0})]:
+        assert passes(check, refused, expected, rule) is False

@@ -18,9 +18,10 @@ Every check does two things:
 Record format (JSON object, one per check, in the order the checks ran)::
 
     {
-      "version": 2,
+      "version": 3,
       "check": "close" | "equal" | "shape" | "dtype" | "device" | "raises" | "shares_memory",
       "label": "<what the test checked, as written in the test>",
+      "type": "<exact type of the object checked: float, tuple, torch.Tensor, numpy.float64, ...>",
       "value": <the checked value, encoded as below>,
       "expected": <what the check expected, encoded as below>,
       "rule": {"kind": "exact"} | {"kind": "close", "rtol": float, "atol": float, "check_dtype": bool}
@@ -31,24 +32,39 @@ The grader judges a student's value against the *reference run's* expected
 value, so an expected value must be the same in every run of the reference
 solution: never an ``id()``, a ``data_ptr()``, a time, or anything computed
 from the student's result. Compare such things in the test and check the
-boolean (``check_equal(x.data_ptr() == pointer, True, label=...)``).
+boolean (``check_equal(x.data_ptr() == pointer, True, label=...)``). The
+grader also requires ``type`` to be the reference's (a list where the
+reference returns a tuple fails, as does a 0-d tensor for a Python float).
 
-Per check: ``shape`` records shapes as lists; ``dtype`` dtypes as strings
+Per check: ``shape`` records shapes as tuples; ``dtype`` dtypes as strings
 (``"torch.float32"``, or NumPy's ``"float32"``); ``device`` device strings
 (an expected ``"cuda"`` matches any index); ``close`` both sides as tensors
-(as :func:`check_close` converts them); ``raises`` the exception raised as
-``{"exception": name, "mro": [names of its classes], "message": text}`` (or
-``None``) against a list of accepted exception names; ``shares_memory`` booleans.
+(as :func:`check_close` converts them; ``type`` keeps what the value was);
+``raises`` the exception raised as ``{"exception": name, "mro": [names of its
+classes], "message": text | None}`` (or ``None``) against a list of accepted
+exception names; ``shares_memory`` booleans.
 
-Value encoding (:func:`encode_value`): ``None``, bools, ints, strings and
-finite floats as themselves; non-finite floats as ``{"float": "nan" | "inf" |
-"-inf"}``; tuples, lists and ``torch.Size`` as lists; dicts with string keys
-as dicts; ``torch.dtype`` and ``torch.device`` as ``{"dtype": "torch.float32"}``
-and ``{"device": "cpu"}``; tensors and NumPy arrays as ``{"tensor" | "ndarray":
-{"dtype", "shape", "device", "data"}}`` where ``data`` is the nested list of
-values (complex numbers as ``[real, imag]``) when the array has at most
-:data:`MAX_RECORDED_ELEMENTS` elements and ``None`` otherwise; exceptions as
-``{"exception": "<type name>"}``; anything else as ``{"type": "<type name>"}``.
+Value encoding (:func:`encode_value`), by exact type only, so a subclass is
+never taken for its base: ``None``, bools, ints, strings and finite floats as
+themselves; non-finite floats as ``{"float": "nan" | "inf" | "-inf"}``; lists
+as lists; tuples and ``torch.Size`` as ``{"tuple": [...]}`` and ``{"size":
+[...]}``; dicts with string keys as ``{"dict": {...}}``; NumPy scalars as
+``{"numpy": {"dtype": "float64", "value": 0.5}}``; ``torch.dtype`` and
+``torch.device`` as ``{"dtype": "torch.float32"}`` and ``{"device": "cpu"}``;
+tensors (``torch.Tensor`` and ``torch.nn.Parameter``) and NumPy arrays as
+``{"tensor" | "ndarray": {"dtype", "shape", "device", "data"}}`` where
+``data`` is the nested list of values (complex numbers as ``[real, imag]``)
+when the array has at most :data:`MAX_RECORDED_ELEMENTS` elements and is not
+on the ``meta`` device, ``None`` otherwise; exceptions as ``{"exception":
+"<type name>"}``; a tensor or array subclass as ``{"refused": "<why>"}`` (its
+check fails: its methods could report anything); anything else as ``{"type":
+"<type name>"}``. The encoder calls no method a student could define or
+replace (see :func:`encode_value`).
+
+What this cannot stop: code in the kernel runs in the same process as the
+checks and can always lie about its own values (reach this module, or
+IPython's display, and record whatever it likes). Doing so needs code that
+``autograder.structure`` flags for review.
 
 This file is copied next to every assignment notebook (``checks.py``), so it
 depends only on the standard library, NumPy, PyTorch and (optionally) IPython.
@@ -69,7 +85,7 @@ import torch
 RECORD_MIME_TYPE = "application/vnd.pytorch-tensors-course.check+json"
 """MIME type of the ``display_data`` outputs that carry check records."""
 
-RECORD_VERSION = 2
+RECORD_VERSION = 3
 MAX_RECORDED_ELEMENTS = 10_000
 """Arrays with more elements are recorded without their values."""
 
@@ -117,46 +133,116 @@ def default_device() -> torch.device:
 
 # --------------------------------------------------------------------------- records
 
+# Everything the encoder calls on a checked object is taken here, at import (before any student code runs), from
+# the C types that define it (``torch._C.TensorBase``, ``numpy.ndarray``, ``numpy.generic``, ``type``: none can be
+# patched from Python), and called unbound, so neither an attribute set on an instance (``t.tolist = ...``) nor a
+# later ``torch.Tensor.tolist = ...`` changes what is recorded. The encoder runs with torch function modes and
+# subclass overrides (``torch._C.DisableTorchFunction``) and dispatch modes off.
+_TensorBase = torch._C.TensorBase
+_DETACH, _TO, _TOLIST, _NUMEL = _TensorBase.detach, _TensorBase.to, _TensorBase.tolist, _TensorBase.numel
+_RESOLVE_CONJ, _RESOLVE_NEG = _TensorBase.resolve_conj, _TensorBase.resolve_neg
+_IS_COMPLEX, _IS_FLOATING = _TensorBase.is_complex, _TensorBase.is_floating_point
+_SIZE, _STRIDE, _ELEMENT_SIZE = _TensorBase.size, _TensorBase.stride, _TensorBase.element_size
+_DATA_PTR = _TensorBase.data_ptr
+_DTYPE, _DEVICE = _TensorBase.dtype.__get__, _TensorBase.device.__get__
+_ND_TOLIST, _ND_SHAPE, _ND_DTYPE = np.ndarray.tolist, np.ndarray.shape.__get__, np.ndarray.dtype.__get__
+_ND_STRIDES, _ND_SIZE, _ND_ITEMSIZE = np.ndarray.strides.__get__, np.ndarray.size.__get__, np.ndarray.itemsize.__get__
+_ND_INTERFACE = np.ndarray.__array_interface__.__get__
+_ITEM = np.generic.item
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
+_NO_DISPATCH_MODES = torch.utils._python_dispatch._disable_current_modes
+_TYPE_NAME, _TYPE_MODULE, _MRO = (type.__dict__[name].__get__ for name in ("__name__", "__module__", "__mro__"))
+_ARGS, _STR = BaseException.args.__get__, str
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+"""The exact tensor types recorded with their values; any other subclass of ``torch._C.TensorBase`` is refused."""
+_NUMPY_SCALARS = frozenset(np.sctypeDict.values())
+_NUMPY_NUMBERS = frozenset(t for t in _NUMPY_SCALARS if issubclass(t, (np.number, np.bool_)))
+_PLAIN_ATOMS = (type(None), bool, int, float, str)
+
+
+def type_name(value: Any) -> str:
+    """The exact type of ``value`` as recorded: ``float``, ``tuple``, ``torch.Tensor``, ``numpy.float64``...
+
+    Read from the type itself (``type``'s own descriptors), so no metaclass of a student's is consulted.
+    """
+    cls = type(value)
+    if cls is torch.Tensor:
+        return "torch.Tensor"
+    module, name = _TYPE_MODULE(cls), _TYPE_NAME(cls)
+    return name if module == "builtins" else f"{module}.{name}"
+
+
+def refusal(value: Any) -> str | None:
+    """Why ``value`` cannot be recorded as plain data (``None`` when it can).
+
+    A subclass of ``torch.Tensor`` (other than ``torch.nn.Parameter``) or of ``numpy.ndarray`` can override what
+    its methods report, so it is refused: the check fails and its record says why.
+    """
+    cls = type(value)
+    if issubclass(cls, _TensorBase) and cls not in _PLAIN_TENSORS:
+        return f"got a {type_name(value)}, a torch.Tensor subclass: return a plain torch.Tensor"
+    if issubclass(cls, np.ndarray) and cls is not np.ndarray:
+        return f"got a {type_name(value)}, a numpy.ndarray subclass: return a plain numpy.ndarray"
+    return None
+
 
 def encode_value(value: Any) -> Any:
-    """Encode ``value`` as JSON-compatible data in the record format above.
+    """Encode ``value`` as JSON-compatible data in the record format above, from exact types only.
 
-    Tensors are detached and copied to the CPU; float tensors are recorded as
-    float64 values, so no precision is lost.
+    Tensors are detached and copied to the CPU; float tensors are recorded as float64 values, so no precision is
+    lost. No method of ``value`` (or of anything it holds) that Python code could define is called: containers
+    are walked only when their type is exactly ``tuple``, ``list``, ``dict`` or ``torch.Size``.
     """
-    if value is None or isinstance(value, (bool, str)):
+    with _NO_TORCH_FUNCTION(), _NO_DISPATCH_MODES():
+        return _encode(value)
+
+
+def _encode(value: Any) -> Any:
+    cls = type(value)
+    if cls in (type(None), bool, int, str):
         return value
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return _encode_float(float(value))
-    if isinstance(value, torch.dtype):
+    if cls is float:
+        return _encode_float(value)
+    if cls is list:
+        return [_encode(item) for item in value]
+    if cls in (tuple, torch.Size):
+        return {"tuple" if cls is tuple else "size": [_encode(item) for item in value]}
+    if cls is dict and all(type(key) is str for key in value):
+        return {"dict": {key: _encode(item) for key, item in dict.items(value)}}
+    if cls is torch.dtype:
         return {"dtype": str(value)}
-    if isinstance(value, torch.device):
+    if cls is torch.device:
         return {"device": str(value)}
-    if isinstance(value, torch.Tensor):
-        return {"tensor": _encode_array(_tensor_to_numpy(value), dtype=str(value.dtype), device=str(value.device))}
-    if isinstance(value, np.ndarray):
-        return {"ndarray": _encode_array(value, dtype=str(value.dtype), device="cpu")}
-    if isinstance(value, BaseException):
-        return {"exception": type(value).__name__}
-    if isinstance(value, (tuple, list, torch.Size)):
-        return [encode_value(item) for item in value]
-    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-        return {key: encode_value(item) for key, item in value.items()}
-    return {"type": type(value).__name__}
+    if cls in _PLAIN_TENSORS:
+        return {"tensor": _encode_tensor(value)}
+    if cls is np.ndarray:
+        return {"ndarray": _encode_ndarray(value)}
+    if cls in _NUMPY_SCALARS:
+        return {"numpy": {"dtype": _TYPE_NAME(cls), "value": _encode_nested(_ITEM(value))}}
+    if issubclass(cls, BaseException):
+        return {"exception": _TYPE_NAME(cls)}
+    reason = refusal(value)
+    return {"type": type_name(value)} if reason is None else {"refused": reason}
 
 
-def _tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """Detached CPU copy as NumPy; floats widened to float64 (NumPy has no bfloat16)."""
-    tensor = tensor.detach().cpu().resolve_conj().resolve_neg()
-    if tensor.is_complex():
-        tensor = tensor.to(torch.complex128)
-    elif tensor.is_floating_point():
-        tensor = tensor.to(torch.float64)
-    return tensor.numpy()
+def _encode_tensor(tensor: torch.Tensor) -> dict[str, Any]:
+    """Dtype, shape, device and (up to :data:`MAX_RECORDED_ELEMENTS`, not on ``meta``) the values of a plain tensor."""
+    plain = _DETACH(tensor)
+    dtype, device, shape = str(_DTYPE(plain)), _DEVICE(plain), list(_SIZE(plain))
+    data = None
+    if _NUMEL(plain) <= MAX_RECORDED_ELEMENTS and device.type != "meta":
+        plain = _RESOLVE_NEG(_RESOLVE_CONJ(_TO(plain, "cpu")))
+        if _IS_COMPLEX(plain):
+            plain = _TO(plain, torch.complex128)
+        elif _IS_FLOATING(plain):  # NumPy has no bfloat16; float64 holds every float value exactly
+            plain = _TO(plain, torch.float64)
+        data = _encode_nested(_TOLIST(plain))
+    return {"dtype": dtype, "shape": shape, "device": str(device), "data": data}
+
+
+def _encode_ndarray(array: np.ndarray) -> dict[str, Any]:
+    data = _encode_nested(_ND_TOLIST(array)) if _ND_SIZE(array) <= MAX_RECORDED_ELEMENTS else None
+    return {"dtype": str(_ND_DTYPE(array)), "shape": list(_ND_SHAPE(array)), "device": "cpu", "data": data}
 
 
 def _encode_float(number: float) -> Any:
@@ -165,43 +251,46 @@ def _encode_float(number: float) -> Any:
     return {"float": "nan" if math.isnan(number) else ("inf" if number > 0 else "-inf")}
 
 
-def _encode_array(array: np.ndarray, *, dtype: str, device: str) -> dict[str, Any]:
-    data = None
-    if array.size <= MAX_RECORDED_ELEMENTS:
-        data = _encode_nested(array.tolist())
-    return {"dtype": dtype, "shape": list(array.shape), "device": device, "data": data}
-
-
 def _encode_nested(item: Any) -> Any:
-    if isinstance(item, list):
+    """What ``tolist`` gave: nested lists of numbers (complex as ``[real, imag]``), or an object array's objects."""
+    cls = type(item)
+    if cls is list:
         return [_encode_nested(element) for element in item]
-    if isinstance(item, complex):
+    if cls is complex:
         return [_encode_float(item.real), _encode_float(item.imag)]
-    if isinstance(item, float):
-        return _encode_float(item)
-    return item
+    return _encode(item)
 
 
-def _record(check: str, label: str, value: Any, expected: Any, rule: dict[str, Any]) -> None:
+def _record(
+    check: str, label: str, checked: Any, value: Any, expected: Any, rule: dict[str, Any], *, encoded: bool = False
+) -> str | None:
+    """Record one check of ``checked`` (recorded as ``value``, which is already plain record data if ``encoded``);
+    return why ``checked`` was refused, if it was (the check then fails with that reason)."""
+    reason = refusal(checked)
     record = {
         "version": RECORD_VERSION,
         "check": check,
         "label": label,
-        "value": encode_value(value),
+        "type": type_name(checked),
+        "value": {"refused": reason} if reason is not None else value if encoded else encode_value(value),
         "expected": encode_value(expected),
         "rule": rule,
     }
     records.append(record)
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
-        return
-    if get_ipython() is not None:
-        display({"text/plain": "", RECORD_MIME_TYPE: record}, raw=True)
+    if _DISPLAY is not None and _GET_IPYTHON() is not None:
+        _DISPLAY({"text/plain": "", RECORD_MIME_TYPE: record}, raw=True)
+    return reason
+
+
+try:
+    from IPython import get_ipython as _GET_IPYTHON
+    from IPython.display import display as _DISPLAY
+except ImportError:
+    _DISPLAY = None
 
 
 _EXACT = {"kind": "exact"}
+_DEVICE_RULE = {"kind": "device"}
 
 
 def _fail(label: str, message: str) -> AssertionError:
@@ -219,8 +308,9 @@ def check_shape(actual: Any, expected: Sequence[int], *, label: str) -> None:
         AssertionError: ``actual`` has no shape, or a different one.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
-    shape = getattr(actual, "shape", None)
-    _record("shape", label, None if shape is None else tuple(shape), tuple(expected), _EXACT)
+    shape = _shape(actual)
+    if (reason := _record("shape", label, actual, shape, tuple(expected), _EXACT)) is not None:
+        raise _fail(label, reason)
     if shape is None:
         raise _fail(label, f"expected a tensor of shape {tuple(expected)}, got a {type(actual).__name__}")
     if tuple(shape) != tuple(expected):
@@ -234,9 +324,11 @@ def check_dtype(actual: Any, expected: torch.dtype | np.dtype | type, *, label: 
         AssertionError: ``actual`` has no dtype, or a different one.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
-    dtype = getattr(actual, "dtype", None)
+    dtype = _dtype(actual)
     expected_name = str(expected) if isinstance(expected, torch.dtype) else str(np.dtype(expected))
-    _record("dtype", label, None if dtype is None else str(dtype), expected_name, _EXACT)
+    found = None if dtype is None else str(dtype)
+    if (reason := _record("dtype", label, actual, found, expected_name, _EXACT)) is not None:
+        raise _fail(label, reason)
     if dtype is None:
         raise _fail(label, f"expected a tensor of dtype {expected}, got a {type(actual).__name__}")
     if isinstance(actual, np.ndarray):
@@ -256,10 +348,12 @@ def check_device(actual: Any, expected: torch.device | str, *, label: str) -> No
         AssertionError: ``actual`` is not a tensor, or lives elsewhere.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
-    device = getattr(actual, "device", None)
+    device = _DEVICE(actual) if type(actual) in _PLAIN_TENSORS else None
     expected = torch.device(expected)
-    _record("device", label, None if device is None else str(device), str(expected), {"kind": "device"})
-    if not isinstance(device, torch.device):
+    found = None if device is None else str(device)
+    if (reason := _record("device", label, actual, found, str(expected), _DEVICE_RULE)) is not None:
+        raise _fail(label, reason)
+    if device is None:
         raise _fail(label, f"expected a tensor on {expected}, got a {type(actual).__name__}")
     same = device.type == expected.type and (expected.index is None or device.index == expected.index)
     if not same:
@@ -278,7 +372,8 @@ def check_equal(actual: Any, expected: Any, *, label: str) -> None:
         AssertionError: the values, types, shapes or dtypes differ.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
-    _record("equal", label, actual, expected, _EXACT)
+    if (reason := _record("equal", label, actual, actual, expected, _EXACT)) is not None:
+        raise _fail(label, reason)
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             raise _fail(label, f"expected a tensor, got a {type(actual).__name__}")
@@ -340,7 +435,8 @@ def check_close(
             further from the expected one than ``atol + rtol * |expected|``.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
-    actual_t = _as_tensor(actual)
+    reason = refusal(actual)
+    actual_t = None if reason is not None else _as_tensor(actual)
     expected_t = _as_tensor(expected) if not isinstance(expected, (list, tuple)) else torch.tensor(expected)
     if expected_t is None:
         raise TypeError(f"check_close: expected must be a tensor, array, number or list, not {type(expected).__name__}")
@@ -349,7 +445,9 @@ def check_close(
         rtol = default_rtol if rtol is None else rtol
         atol = default_atol if atol is None else atol
     rule = {"kind": "close", "rtol": rtol, "atol": atol, "check_dtype": check_dtype}
-    _record("close", label, actual if actual_t is None else actual_t, expected_t, rule)
+    _record("close", label, actual, actual if actual_t is None else actual_t, expected_t, rule)
+    if reason is not None:
+        raise _fail(label, reason)
     if actual_t is None:
         raise _fail(label, f"expected a tensor or number, got a {type(actual).__name__}")
     problem = _not_close(actual_t.detach(), expected_t.detach(), rtol=rtol, atol=atol, check_dtype=check_dtype)
@@ -431,12 +529,31 @@ def _nan(array: np.ndarray) -> np.ndarray:
 
 
 def _as_tensor(value: Any) -> torch.Tensor | None:
-    if isinstance(value, torch.Tensor):
+    """``value`` as a tensor when it is a plain tensor, array or number (exact types), else ``None``."""
+    if type(value) in _PLAIN_TENSORS:
         return value
-    if isinstance(value, np.ndarray):
+    if type(value) is np.ndarray:
         return torch.from_numpy(np.ascontiguousarray(value))
-    if isinstance(value, (bool, int, float, np.number)):
+    if type(value) in (bool, int, float) or type(value) in _NUMPY_NUMBERS:
         return torch.tensor(value)
+    return None
+
+
+def _dtype(value: Any) -> torch.dtype | np.dtype | None:
+    """The dtype of a plain tensor or array (exact types), else ``None``."""
+    if type(value) in _PLAIN_TENSORS:
+        return _DTYPE(value)
+    if type(value) is np.ndarray:
+        return _ND_DTYPE(value)
+    return None
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    """The shape of a plain tensor or array (exact types), else ``None``."""
+    if type(value) in _PLAIN_TENSORS:
+        return tuple(_SIZE(value))
+    if type(value) is np.ndarray:
+        return _ND_SHAPE(value)
     return None
 
 
@@ -475,20 +592,29 @@ def check_raises(
     try:
         yield
     except expected as error:
-        _record("raises", label, _raised(error), [e.__name__ for e in accepted], rule)
-        if match is not None and match not in str(error):
+        _record("raises", label, None, _raised(error), [e.__name__ for e in accepted], rule, encoded=True)
+        if match is not None and match not in str(_message(error)):
             raise _fail(label, f"raised {type(error).__name__} as expected, but its message lacks {match!r}") from None
         return
     except Exception as error:
-        _record("raises", label, _raised(error), [e.__name__ for e in accepted], rule)
-        raise _fail(label, f"expected {names}, but {type(error).__name__} was raised: {error}") from None
-    _record("raises", label, None, [e.__name__ for e in accepted], rule)
+        _record("raises", label, None, _raised(error), [e.__name__ for e in accepted], rule, encoded=True)
+        raise _fail(label, f"expected {names}, but {_TYPE_NAME(type(error))} was raised: {_message(error)}") from None
+    _record("raises", label, None, None, [e.__name__ for e in accepted], rule)
     raise _fail(label, f"expected {names}, but nothing was raised")
 
 
 def _raised(error: BaseException) -> dict[str, Any]:
-    names = [cls.__name__ for cls in type(error).__mro__]
-    return {"exception": type(error).__name__, "mro": names, "message": str(error)[:1000]}
+    names = [_TYPE_NAME(cls) for cls in _MRO(type(error))]
+    return {"exception": _TYPE_NAME(type(error)), "mro": names, "message": _message(error)}
+
+
+def _message(error: BaseException) -> str | None:
+    """``str(error)`` as the first built-in exception class of its MRO makes it (up to 1000 characters), so no
+    ``__str__`` of a student's is called; ``None`` when an argument of the exception is not plain data."""
+    if not all(type(argument) in _PLAIN_ATOMS for argument in _ARGS(error)):
+        return None
+    builtin = next(cls for cls in _MRO(type(error)) if _TYPE_MODULE(cls) == "builtins")
+    return _STR(builtin.__str__(error))[:1000]
 
 
 def shares_memory(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> bool:
@@ -513,22 +639,24 @@ def shares_memory(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) ->
 
 
 def _device_of(x: torch.Tensor | np.ndarray) -> torch.device:
-    return x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
+    return _DEVICE(x) if issubclass(type(x), _TensorBase) else torch.device("cpu")
 
 
 def _byte_extent(x: torch.Tensor | np.ndarray) -> tuple[int, int] | None:
-    if isinstance(x, torch.Tensor):
-        if x.numel() == 0:
+    if issubclass(type(x), _TensorBase):
+        with _NO_TORCH_FUNCTION():
+            if _NUMEL(x) == 0:
+                return None
+            itemsize, shape = _ELEMENT_SIZE(x), tuple(_SIZE(x))
+            pointer, strides = _DATA_PTR(x), [s * itemsize for s in _STRIDE(x)]
+    elif issubclass(type(x), np.ndarray):
+        if _ND_SIZE(x) == 0:
             return None
-        pointer, strides, itemsize = x.data_ptr(), [s * x.element_size() for s in x.stride()], x.element_size()
-    elif isinstance(x, np.ndarray):
-        if x.size == 0:
-            return None
-        pointer, strides, itemsize = x.__array_interface__["data"][0], list(x.strides), x.itemsize
+        pointer, strides, itemsize, shape = _ND_INTERFACE(x)["data"][0], _ND_STRIDES(x), _ND_ITEMSIZE(x), _ND_SHAPE(x)
     else:
         raise TypeError(f"expected a tensor or a NumPy array, got a {type(x).__name__}")
-    low = pointer + sum(stride * (size - 1) for stride, size in zip(strides, x.shape) if stride < 0)
-    high = pointer + sum(stride * (size - 1) for stride, size in zip(strides, x.shape) if stride > 0) + itemsize
+    low = pointer + sum(stride * (size - 1) for stride, size in zip(strides, shape) if stride < 0)
+    high = pointer + sum(stride * (size - 1) for stride, size in zip(strides, shape) if stride > 0) + itemsize
     return low, high
 
 
@@ -542,11 +670,11 @@ def check_shares_memory(actual: Any, other: Any, *, label: str, expected: bool =
             not as expected.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
-    if not isinstance(actual, (torch.Tensor, np.ndarray)):
-        _record("shares_memory", label, None, expected, _EXACT)
-        raise _fail(label, f"expected a tensor, got a {type(actual).__name__}")
+    if type(actual) not in (*_PLAIN_TENSORS, np.ndarray):
+        reason = _record("shares_memory", label, actual, None, expected, _EXACT)
+        raise _fail(label, reason or f"expected a tensor, got a {type(actual).__name__}")
     shared = shares_memory(actual, other)
-    _record("shares_memory", label, shared, expected, _EXACT)
+    _record("shares_memory", label, actual, shared, expected, _EXACT)
     if shared and not expected:
         raise _fail(label, "the result shares memory with the input, but it must be a copy (try .clone())")
     if not shared and expected:
