@@ -111,6 +111,19 @@ def test_unreadable_gradescope_metadata_is_said_and_nothing_is_taken(tmp_path, w
     assert {row.status for row in found.manifest} == {"not taken"}
 
 
+def test_a_gradescope_folder_the_metadata_does_not_list_is_not_taken_and_says_why(tmp_path, work_and_blank):
+    """Such a folder was "not in the gradescope shape", which it is; its notebook is not graded under a made-up id."""
+    download = build("gradescope", tmp_path / "download", *work_and_blank)
+    write(download.path, {"assignment_123_export/submission_7003/01_tensors.ipynb": work_and_blank[0]})
+    found = take(download.path)
+    assert found.format == "gradescope"
+    assert {s.student_id: s.source for s in found.submissions} == download.expected
+    (row,) = [row for row in found.manifest if "submission_7003" in row.file]
+    assert (row.status, row.student_id) == ("not taken", "")
+    assert row.note.startswith("submission_7003/ is a Gradescope submission folder but submission_metadata.yml "
+                               "does not list it: whose work it is is not known, so it is not taken")
+
+
 def test_times_come_from_the_platform_or_nbgrader_never_from_a_student(tmp_path, work_and_blank):
     blackboard = take(build("blackboard", tmp_path / "bb", *work_and_blank).path)
     ada = next(s for s in blackboard.submissions if s.student_id == "alovelace")

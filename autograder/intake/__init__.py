@@ -206,8 +206,7 @@ def _read(
             continue
         claims = shape.claims(entry, metadata)
         if not claims:
-            note = f"not in the {shape.name} shape ({shape.description})"
-            rows.append(ManifestRow(entry.name, "not taken", note=note))
+            rows.append(ManifestRow(entry.name, "not taken", note=shape.unclaimed(entry, metadata)))
             continue
         students = [
             mapper.map(platform_id=c.platform_id, name=c.name, email=c.email).student.student_id for c in claims

@@ -130,6 +130,10 @@ class Shape:
         """The claims of one matched path; ``metadata`` is what :meth:`metadata` read."""
         return [Claim(groups["student_id"], groups.get("name") or "", groups["file_id"], late=bool(groups.get("late")))]
 
+    def unclaimed(self, entry: Entry, metadata: dict) -> str:
+        """Why ``entry``, which :meth:`claims` gives no student, is not taken (its manifest note)."""
+        return f"not in the {self.name} shape ({self.description})"
+
     def metadata(self, entries: list[Entry]) -> tuple[dict, dict[str, str]]:
         """What the platform's own files say (receipts, metadata), and a manifest note for each such file.
 
@@ -244,6 +248,19 @@ class Gradescope(Shape):
 
     def read(self, groups: dict, metadata: dict) -> list[Claim]:
         return [replace(claim, file_id=groups["file_id"]) for claim in metadata.get(groups["student_id"], [])]
+
+    def unclaimed(self, entry: Entry, metadata: dict) -> str:
+        """A ``submission_<id>/`` folder that the metadata does not list: whose it is cannot be known, so its
+        files are not taken (never graded under a made-up student); other files: as :meth:`Shape.unclaimed`."""
+        groups = self.match(entry.logical)
+        if groups is None:
+            return super().unclaimed(entry, metadata)
+        folder = groups["student_id"]
+        listing = f"{GRADESCOPE_METADATA} does not list it" if metadata else f"no readable {GRADESCOPE_METADATA}"
+        return (
+            f"{folder}/ is a Gradescope submission folder but {listing}: whose work it is is not known, so it is "
+            "not taken (Export Submissions lists every submission there: export again, or grade it by hand)"
+        )
 
     def metadata(self, entries: list[Entry]) -> tuple[dict, dict[str, str]]:
         """The submitters and times of ``submission_metadata.yml`` (one per download; the first is read)."""
