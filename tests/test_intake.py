@@ -494,13 +494,16 @@ def test_log_excerpt_quotes_the_exception_of_exactly_that_submission(tmp_path):
 
 def test_dry_run_prints_every_file_and_grades_nothing(tmp_path, cli, work_and_blank):
     course = copy_course(COURSE, tmp_path / "course")
-    download = zipped(build("canvas", tmp_path / "download", *work_and_blank).path, tmp_path / "submissions.zip")
+    folder = build("canvas", tmp_path / "download", *work_and_blank).path
+    download = zipped(write(folder, {"lovelaceada_1001_5003_notes.txt": "see my notebook"}), tmp_path / "s.zip")
     process = cli("--course", str(course.root), "grade", "--dry-run", str(download))
     assert process.returncode == 0, process.stderr
     assert process.stdout.startswith("format: canvas detected (2 of 2 notebook(s)")
     for name in files_in(download):
         assert name in process.stdout
     assert "brontebea_1002" in process.stdout and "dry run: nothing graded" in process.stdout
+    # The table lists every file: the counts below it announced "... 1 more in the manifest", but none was left.
+    assert process.stdout.endswith("\n\n3 file(s): 2 graded, 1 not taken\ndry run: nothing graded\n")
     assert sorted(p.name for p in course.root.iterdir()) == ["nbgrader_config.py", "source"]
 
 

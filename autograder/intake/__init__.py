@@ -516,14 +516,17 @@ def write_manifest(rows: list[ManifestRow], path: Path) -> None:
 
 
 def manifest_summary(rows: list[ManifestRow], *, limit: int = 10) -> str:
-    """The manifest in short: a count per status, then the files not taken or refused (at most ``limit``)."""
+    """The manifest in short: a count per status, then the files not taken or refused (at most ``limit``).
+
+    ``limit=0`` gives the counts alone (``grade --dry-run`` prints them below the whole manifest).
+    """
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.status] = counts.get(row.status, 0) + 1
     lines = [f"{len(rows)} file(s): " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))]
     flagged = [row for row in rows if row.status in ("not taken", "refused", "copy not graded")]
     lines += [f"  {row.status}: {row.file}: {row.note}" for row in flagged[:limit]]
-    if len(flagged) > limit:
+    if 0 < limit < len(flagged):
         lines.append(f"  ... {len(flagged) - limit} more in the manifest")
     return "\n".join(lines)
 
