@@ -20,7 +20,9 @@ named in the notes, and the submission's status is ``review``.
 Submission times come only from the platform (Blackboard's receipt and file
 names, Gradescope's metadata) or from nbgrader's own ``timestamp.txt`` in its
 ``<student>/<assignment>/`` layout; a ``timestamp.txt`` in a student's upload
-to a platform is the student's and is not trusted.
+to a platform is the student's and is not trusted. Canvas's and Moodle's
+downloads hold no time: their submissions have none (a Canvas ``_LATE_`` file
+is noted as late, without how late).
 """
 
 from __future__ import annotations

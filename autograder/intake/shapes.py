@@ -13,12 +13,14 @@ which matches absolute paths. Naming rules, from each platform's documents:
   write, ``timestamp.txt`` beside the notebook written by nbgrader), under any
   wrapper folders.
 - ``canvas``: "Download Submissions" is one flat zip of
-  ``<lastnamefirstname>_<user id>_<submission id>_<original name>``, the name
+  ``<lastnamefirstname>_<user id>_<file id>_<original name>`` (canvas-lms
+  ``lib/content_zipper.rb``: ``get_filename``, ``add_upload_submission``), the name
   part the sortable name lower-cased with characters other than word characters
   and ``-`` dropped or made ``-`` (``smith--jane``, ``müllerjosé``: any text
   without ``_``), ``_LATE_`` (``_late_`` in newer Canvas) after the
   name for work handed in after the due date; Canvas adds ``-1``, ``-2`` to an
-  original name handed in again. No submission time is in the download.
+  original name handed in again. No submission time is in the download: a
+  late file is marked late (:attr:`Claim.late`), how late is not known.
 - ``moodle``: "Download all submissions" holds one folder per student
   (``mod/assign/classes/downloader.php``), ``<Full Name>_<participant id>_assignsubmission_file/``
   (Moodle 4; ``..._file_/`` in Moodle 3; online text in ``..._assignsubmission_onlinetext/``),
@@ -167,9 +169,9 @@ class Nbgrader(Shape):
 
 class Canvas(Shape):
     name = "canvas"
-    description = "<lastnamefirstname>[_LATE]_<user id>_<submission id>_<file> (Canvas Download Submissions)"
+    description = "<lastnamefirstname>[_LATE]_<user id>_<file id>_<file> (Canvas Download Submissions)"
     named_regexp = (
-        r"(?:.*/)?(?P<name>[^/_]+)(?P<late>_LATE|_late)?_(?P<student_id>\d+)_(?P<submission_id>\d+)"
+        r"(?:.*/)?(?P<name>[^/_]+)(?P<late>_LATE|_late)?_(?P<student_id>\d+)_(?P<attachment_id>\d+)"
         r"_(?P<file_id>[^/]+)$"
     )
 
