@@ -170,13 +170,8 @@ def survey(
     """
     intake.refuse_course_folders(course, download)
     with tempfile.TemporaryDirectory(prefix="survey-") as scratch:
-
-        @functools.cache
-        def release(assignment_id: str) -> nbformat.NotebookNode:
-            db_url = f"sqlite:///{Path(scratch) / 'gradebook.db'}"
-            folder = generate_assignment(course, assignment_id, release_dir=Path(scratch) / "release", db_url=db_url)
-            return read_notebook(folder / f"{assignment_id}.ipynb")
-
+        db_url = f"sqlite:///{Path(scratch) / 'gradebook.db'}"
+        release = functools.cache(functools.partial(update_gradebook, course, db_url=db_url))
         options = {"format": format, "roster": roster, "assignment": assignment}
         with intake.opened(download, course=course, release=release, **options) as found:
             return found
@@ -203,8 +198,9 @@ def _enrol(course: Course, found: intake.Intake) -> None:
             gradebook.update_or_create_student(student.student_id, **{k: v for k, v in names.items() if v})
 
 
-def update_gradebook(course: Course, assignment_id: str) -> nbformat.NotebookNode:
-    """Record the assignment's grade cells (from source/) in the course gradebook.
+def update_gradebook(course: Course, assignment_id: str, *, db_url: str | None = None) -> nbformat.NotebookNode:
+    """Record the assignment's grade cells (from source/) in the gradebook at ``db_url`` (default: the course's;
+    :func:`survey` passes a scratch one).
 
     Generates into a scratch release folder, so release/ is left as it is.
     Returns the release notebook generated (the template submissions are normalised to).
@@ -213,7 +209,7 @@ def update_gradebook(course: Course, assignment_id: str) -> nbformat.NotebookNod
         CourseError: nbgrader refused (its log is quoted).
     """
     with tempfile.TemporaryDirectory(prefix="release-") as scratch:
-        folder = generate_assignment(course, assignment_id, release_dir=Path(scratch), db_url=course.db_url)
+        folder = generate_assignment(course, assignment_id, release_dir=Path(scratch), db_url=db_url or course.db_url)
         return read_notebook(folder / f"{assignment_id}.ipynb")
 
 

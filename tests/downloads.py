@@ -80,7 +80,7 @@ def nbgrader_layout(work: str, blank: str) -> tuple[Files, dict[str, str]]:
 
 
 def canvas(work: str, blank: str) -> tuple[Files, dict[str, str]]:
-    """Canvas Download Submissions: flat, ``<lastnamefirstname>[_LATE]_<user id>_<submission id>_<name>``."""
+    """Canvas Download Submissions: flat, ``<lastnamefirstname>[_LATE]_<user id>_<file id>_<name>``."""
     files = {"lovelaceada_1001_5001_01_tensors.ipynb": work, "brontebea_LATE_1002_5002_01_tensors-1.ipynb": blank}
     return files, {"lovelaceada_1001": "lovelaceada_1001_5001_01_tensors.ipynb", "brontebea_1002": list(files)[1]}
 

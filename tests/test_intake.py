@@ -5,12 +5,15 @@ import functools
 import io
 import stat
 import zipfile
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from downloads import (
     ASSIGNMENT,
     SHAPES,
+    Download,
     blackboard_usernames,
     build,
     canvas_names,
@@ -22,7 +25,8 @@ from downloads import (
     zip_bytes,
     zipped,
 )
-from autograder.course import ROOT, Course, CourseError, copy_course, read_notebook, run_nbgrader
+from autograder.course import ROOT, Course, CourseError, copy_course, is_grade, read_notebook, run_nbgrader
+from autograder.grade import Grading, grade
 from autograder.intake import opened, place, refuse_course_folders
 from autograder.intake.archives import MAX_MEMBERS, MAX_RATIO
 from autograder.intake.roster import Roster, map_student, safe_id, write_mapping
@@ -109,6 +113,19 @@ def test_unreadable_gradescope_metadata_is_said_and_nothing_is_taken(tmp_path, w
     found = take(download, format="gradescope")
     assert "its metadata cannot be read" in found.detected and found.submissions == []
     assert {row.status for row in found.manifest} == {"not taken"}
+
+
+def test_a_gradescope_folder_the_metadata_does_not_list_is_not_taken_and_says_why(tmp_path, work_and_blank):
+    """Such a folder was "not in the gradescope shape", which it is; its notebook is not graded under a made-up id."""
+    download = build("gradescope", tmp_path / "download", *work_and_blank)
+    write(download.path, {"assignment_123_export/submission_7003/01_tensors.ipynb": work_and_blank[0]})
+    found = take(download.path)
+    assert found.format == "gradescope"
+    assert {s.student_id: s.source for s in found.submissions} == download.expected
+    (row,) = [row for row in found.manifest if "submission_7003" in row.file]
+    assert (row.status, row.student_id) == ("not taken", "")
+    assert row.note.startswith("submission_7003/ is a Gradescope submission folder but submission_metadata.yml "
+                               "does not list it: whose work it is is not known, so it is not taken")
 
 
 def test_times_come_from_the_platform_or_nbgrader_never_from_a_student(tmp_path, work_and_blank):
@@ -481,13 +498,16 @@ def test_log_excerpt_quotes_the_exception_of_exactly_that_submission(tmp_path):
 
 def test_dry_run_prints_every_file_and_grades_nothing(tmp_path, cli, work_and_blank):
     course = copy_course(COURSE, tmp_path / "course")
-    download = zipped(build("canvas", tmp_path / "download", *work_and_blank).path, tmp_path / "submissions.zip")
+    folder = build("canvas", tmp_path / "download", *work_and_blank).path
+    download = zipped(write(folder, {"lovelaceada_1001_5003_notes.txt": "see my notebook"}), tmp_path / "s.zip")
     process = cli("--course", str(course.root), "grade", "--dry-run", str(download))
     assert process.returncode == 0, process.stderr
     assert process.stdout.startswith("format: canvas detected (2 of 2 notebook(s)")
     for name in files_in(download):
         assert name in process.stdout
     assert "brontebea_1002" in process.stdout and "dry run: nothing graded" in process.stdout
+    # The table lists every file: the counts below it announced "... 1 more in the manifest", but none was left.
+    assert process.stdout.endswith("\n\n3 file(s): 2 graded, 1 not taken\ndry run: nothing graded\n")
     assert sorted(p.name for p in course.root.iterdir()) == ["nbgrader_config.py", "source"]
 
 
@@ -579,3 +599,111 @@ def test_a_graded_download_gives_grades_and_statuses_an_instructor_can_act_on(gr
     stranger = "derived, not in the roster"
     made_safe = "roster (its id 'Kim [2]' made safe)"
     assert mapping == {"s001": "roster", kim: made_safe, "bbronte": stranger, "jdoe": stranger, "zoe": stranger}
+
+
+# Each other shape graded end to end (nbgrader, sandbox) in one course copy, one after the other: the notebooks are
+# the same in every download, so after the first run the batch finds them executed (autograder/execute.py's
+# execution_key) and an extra shape costs little more than nbgrader's passes; only a submission with a time
+# (nbgrader's ada, Gradescope's two) runs again, its timestamp.txt being a file of its folder. Blackboard is graded
+# above.
+
+PACKED = {"canvas": "zip", "moodle": "folder", "zip_collect": "folder", "nbgrader": "folder", "gradescope": "zip"}
+"""Shape -> how its download is graded here (each shape is read both ways at intake level above)."""
+WORK = {"canvas": "lovelaceada_1001", "moodle": "Ada_Lovelace_31", "zip_collect": "zc-ada", "nbgrader": "ada",
+        "gradescope": "1001"}
+"""Shape -> the student who handed in the reference solution; every other student of its download, the release."""
+ZIP_COLLECT_ROSTER = {"lovelaceada_1001": ("zc-ada", "1001"), "brontebea_1002": ("zc-bea", "1002")}
+"""zip_collect holds the Canvas download graded first: a roster gives its students ids of their own
+(derived id -> (course id, Canvas user id))."""
+
+
+@dataclass
+class GradedShape:
+    """One download graded, and what the course folder held right after (the next run rewrites the CSVs)."""
+
+    download: Download
+    path: Path
+    """The folder or zip graded."""
+    before: dict[str, str]
+    after: dict[str, str]
+    """Its files' hashes before and after grading."""
+    grading: Grading
+    expected: dict[str, str]
+    """Course student id -> the file graded (the roster's ids for zip_collect)."""
+    manifest: list[dict[str, str]]
+    student_ids: list[dict[str, str]]
+    grades: list[dict[str, str]]
+    tasks: list[dict[str, str]]
+    """manifest.csv, student_ids.csv, grades.csv, task_results.csv as csv.DictReader read them."""
+
+
+@pytest.fixture(scope="module")
+def graded_shapes(tmp_path_factory, work_and_blank):
+    root = tmp_path_factory.mktemp("shapes")
+    course = copy_course(COURSE, root / "course")
+    roster = Roster([{"student_id": sid, "platform_id": pid} for sid, pid in ZIP_COLLECT_ROSTER.values()])
+    runs = {}
+    for shape, packing in PACKED.items():
+        download = build(shape, root / shape, *work_and_blank)
+        path = zipped(download.path, root / f"{shape}.zip") if packing == "zip" else download.path
+        before = hashes(path)
+        grading = grade(course, path, roster=roster if shape == "zip_collect" else None)
+        expected = download.expected
+        if shape == "zip_collect":
+            expected = {ZIP_COLLECT_ROSTER[derived][0]: source for derived, source in expected.items()}
+        csvs = [read_csv(p) for p in (grading.manifest_csv, grading.student_ids_csv, grading.grades_csv)]
+        runs[shape] = GradedShape(download, path, before, hashes(path), grading, expected, *csvs,
+                                  read_csv(grading.task_results_csv))
+    return runs
+
+
+@pytest.mark.parametrize("shape", PACKED)
+def test_each_shape_graded_lists_every_file_once_and_changes_none(graded_shapes, shape):
+    run = graded_shapes[shape]
+    assert run.grading.intake.format == run.download.format
+    assert run.after == run.before
+    assert sorted(row["file"] for row in run.manifest) == files_in(run.path)
+    graded = {sid: row["file"] for row in run.manifest if row["status"] == "graded" for sid in
+              row["student_id"].split(" + ")}
+    assert graded == run.expected
+
+
+@pytest.mark.parametrize("shape", PACKED)
+def test_each_shape_graded_maps_its_students_and_grades_them(graded_shapes, shape):
+    run = graded_shapes[shape]
+    source = "roster" if shape == "zip_collect" else "derived"
+    assert sorted((row["student_id"], row["from"]) for row in run.student_ids) == sorted(
+        (student, source) for student in run.expected)
+    reference = next(s for s in samples(COURSE, ASSIGNMENT) if s.student_id == "reference")
+    full = reference.expected_total  # autograded points; the written answer waits for a person
+    points = sum(float(cell.metadata["nbgrader"]["points"]) for cell in reference.notebook.cells if is_grade(cell))
+    assert list(run.grades[0]) == GRADES_COLUMNS
+    grades = {row["student_id"]: row for row in run.grades if row["student_id"] in run.expected}
+    assert sorted(grades) == sorted(run.expected)
+    assert {sid: float(row["score"]) for sid, row in grades.items()} == {
+        sid: full if sid == WORK[shape] else 0.0 for sid in run.expected}
+    assert {float(row["max_score"]) for row in grades.values()} == {points}
+    status = {row["student_id"]: row["submission_status"] for row in run.tasks}
+    assert status == {sid: "ok" if sid == WORK[shape] else "unattempted" for sid in run.expected}
+    blank = [row for row in run.tasks if row["student_id"] != WORK[shape] and row["kind"] == "autograded"]
+    assert blank and {row["status"] for row in blank} == {"unattempted"}
+
+
+def test_graded_shapes_keep_the_platform_times_and_canvas_late_mark(graded_shapes):
+    """Canvas's download carries no submission time, only ``_LATE_``: the late student is still said to be late."""
+    times = {shape: {row["student_id"]: row["timestamp"] for row in run.grades if row["student_id"] in run.expected}
+             for shape, run in graded_shapes.items()}
+    assert times["nbgrader"] == {"ada": "2026-11-30 10:00:00", "bea": ""}
+    assert times["gradescope"]["1001"] == "2026-11-30 18:15:00"  # 10:15 at -08:00
+    assert set(times["canvas"].values()) == set(times["moodle"].values()) == {""}
+    for shape, late in (("canvas", "brontebea_1002"), ("zip_collect", "zc-bea")):
+        notes = {row["student_id"]: row["notes"] for row in graded_shapes[shape].tasks}
+        assert "late: the platform marked it late" in notes[late] and "late" not in notes[WORK[shape]]
+
+
+def test_graded_shapes_share_executions_of_the_same_notebooks(graded_shapes):
+    """Moodle's and zip_collect's downloads hold the notebooks Canvas's did, without times: none runs again."""
+    batches = {shape: run.grading.batch for shape, run in graded_shapes.items()}
+    assert batches["canvas"].executed == 2 and batches["canvas"].stored == 0
+    for shape in ("moodle", "zip_collect"):
+        assert (batches[shape].executed, batches[shape].stored) == (0, 2)

@@ -20,7 +20,9 @@ named in the notes, and the submission's status is ``review``.
 Submission times come only from the platform (Blackboard's receipt and file
 names, Gradescope's metadata) or from nbgrader's own ``timestamp.txt`` in its
 ``<student>/<assignment>/`` layout; a ``timestamp.txt`` in a student's upload
-to a platform is the student's and is not trusted.
+to a platform is the student's and is not trusted. Canvas's and Moodle's
+downloads hold no time: their submissions have none (a Canvas ``_LATE_`` file
+is noted as late, without how late).
 """
 
 from __future__ import annotations
@@ -206,8 +208,7 @@ def _read(
             continue
         claims = shape.claims(entry, metadata)
         if not claims:
-            note = f"not in the {shape.name} shape ({shape.description})"
-            rows.append(ManifestRow(entry.name, "not taken", note=note))
+            rows.append(ManifestRow(entry.name, "not taken", note=shape.unclaimed(entry, metadata)))
             continue
         students = [
             mapper.map(platform_id=c.platform_id, name=c.name, email=c.email).student.student_id for c in claims
@@ -517,14 +518,17 @@ def write_manifest(rows: list[ManifestRow], path: Path) -> None:
 
 
 def manifest_summary(rows: list[ManifestRow], *, limit: int = 10) -> str:
-    """The manifest in short: a count per status, then the files not taken or refused (at most ``limit``)."""
+    """The manifest in short: a count per status, then the files not taken or refused (at most ``limit``).
+
+    ``limit=0`` gives the counts alone (``grade --dry-run`` prints them below the whole manifest).
+    """
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.status] = counts.get(row.status, 0) + 1
     lines = [f"{len(rows)} file(s): " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))]
     flagged = [row for row in rows if row.status in ("not taken", "refused", "copy not graded")]
     lines += [f"  {row.status}: {row.file}: {row.note}" for row in flagged[:limit]]
-    if len(flagged) > limit:
+    if 0 < limit < len(flagged):
         lines.append(f"  ... {len(flagged) - limit} more in the manifest")
     return "\n".join(lines)
 

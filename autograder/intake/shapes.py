@@ -13,12 +13,14 @@ which matches absolute paths. Naming rules, from each platform's documents:
   write, ``timestamp.txt`` beside the notebook written by nbgrader), under any
   wrapper folders.
 - ``canvas``: "Download Submissions" is one flat zip of
-  ``<lastnamefirstname>_<user id>_<submission id>_<original name>``, the name
+  ``<lastnamefirstname>_<user id>_<file id>_<original name>`` (canvas-lms
+  ``lib/content_zipper.rb``: ``get_filename``, ``add_upload_submission``), the name
   part the sortable name lower-cased with characters other than word characters
   and ``-`` dropped or made ``-`` (``smith--jane``, ``müllerjosé``: any text
   without ``_``), ``_LATE_`` (``_late_`` in newer Canvas) after the
   name for work handed in after the due date; Canvas adds ``-1``, ``-2`` to an
-  original name handed in again. No submission time is in the download.
+  original name handed in again. No submission time is in the download: a
+  late file is marked late (:attr:`Claim.late`), how late is not known.
 - ``moodle``: "Download all submissions" holds one folder per student
   (``mod/assign/classes/downloader.php``), ``<Full Name>_<participant id>_assignsubmission_file/``
   (Moodle 4; ``..._file_/`` in Moodle 3; online text in ``..._assignsubmission_onlinetext/``),
@@ -130,6 +132,10 @@ class Shape:
         """The claims of one matched path; ``metadata`` is what :meth:`metadata` read."""
         return [Claim(groups["student_id"], groups.get("name") or "", groups["file_id"], late=bool(groups.get("late")))]
 
+    def unclaimed(self, entry: Entry, metadata: dict) -> str:
+        """Why ``entry``, which :meth:`claims` gives no student, is not taken (its manifest note)."""
+        return f"not in the {self.name} shape ({self.description})"
+
     def metadata(self, entries: list[Entry]) -> tuple[dict, dict[str, str]]:
         """What the platform's own files say (receipts, metadata), and a manifest note for each such file.
 
@@ -163,9 +169,9 @@ class Nbgrader(Shape):
 
 class Canvas(Shape):
     name = "canvas"
-    description = "<lastnamefirstname>[_LATE]_<user id>_<submission id>_<file> (Canvas Download Submissions)"
+    description = "<lastnamefirstname>[_LATE]_<user id>_<file id>_<file> (Canvas Download Submissions)"
     named_regexp = (
-        r"(?:.*/)?(?P<name>[^/_]+)(?P<late>_LATE|_late)?_(?P<student_id>\d+)_(?P<submission_id>\d+)"
+        r"(?:.*/)?(?P<name>[^/_]+)(?P<late>_LATE|_late)?_(?P<student_id>\d+)_(?P<attachment_id>\d+)"
         r"_(?P<file_id>[^/]+)$"
     )
 
@@ -244,6 +250,19 @@ class Gradescope(Shape):
 
     def read(self, groups: dict, metadata: dict) -> list[Claim]:
         return [replace(claim, file_id=groups["file_id"]) for claim in metadata.get(groups["student_id"], [])]
+
+    def unclaimed(self, entry: Entry, metadata: dict) -> str:
+        """A ``submission_<id>/`` folder that the metadata does not list: whose it is cannot be known, so its
+        files are not taken (never graded under a made-up student); other files: as :meth:`Shape.unclaimed`."""
+        groups = self.match(entry.logical)
+        if groups is None:
+            return super().unclaimed(entry, metadata)
+        folder = groups["student_id"]
+        listing = f"{GRADESCOPE_METADATA} does not list it" if metadata else f"no readable {GRADESCOPE_METADATA}"
+        return (
+            f"{folder}/ is a Gradescope submission folder but {listing}: whose work it is is not known, so it is "
+            "not taken (Export Submissions lists every submission there: export again, or grade it by hand)"
+        )
 
     def metadata(self, entries: list[Entry]) -> tuple[dict, dict[str, str]]:
         """The submitters and times of ``submission_metadata.yml`` (one per download; the first is read)."""
