@@ -18,7 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     build_parser = commands.add_parser("build", help="regenerate release/ and notebooks/ from source/")
     build_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
-    commands.add_parser("check", help="list what is stale or inconsistent; exit 1 if anything is")
+    check_parser = commands.add_parser("check", help="list what is stale or inconsistent; exit 1 if anything is")
+    check_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     validate_parser = commands.add_parser(
         "validate", help="run a notebook's tests as nbgrader will; list the test cells that pass and fail; exit 1 if any fails"
     )
@@ -109,7 +110,7 @@ def _build(course: Course, args: argparse.Namespace) -> int:
 def _check(course: Course, args: argparse.Namespace) -> int:
     from .check import check
 
-    findings = check(course)
+    findings = check(course, assignment_ids=args.assignments or None)
     for finding in findings:
         print(finding)
     print(f"{len(findings)} finding(s)" if findings else "check passed: release/ and notebooks/ match source/")
