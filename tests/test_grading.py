@@ -142,14 +142,18 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
     assert "A hidden test failed: answer_q1" in page
     assert "BEGIN HIDDEN TESTS" not in page and "expected &#x27;" not in page and str(course_copy.root) not in page
 
-    # An instructor grades the written answer in formgrader; re-grading the same download keeps that grade.
+    # An instructor grades the written answer in formgrader (its PUT /formgrader/api/grade/<id> sets these two);
+    # re-grading the same download keeps that grade, graded by hand.
     with Gradebook(course_copy.db_url) as gradebook:
-        gradebook.find_grade(grade_id(manual), assignment_id, assignment_id, "ada").manual_score = 1.5
+        hand_grade = gradebook.find_grade(grade_id(manual), assignment_id, assignment_id, "ada")
+        hand_grade.manual_score, hand_grade.needs_manual_grade = 1.5, False
         gradebook.db.commit()
     again = cli("--course", str(course_copy.root), "grade", str(download))
     assert again.returncode == 0, again.stderr
     scores = {row["grade_id"]: float(row["score"]) for row in task_rows(course_copy, "ada")}
     assert scores == {**reference.expected, grade_id(manual): 1.5}
+    written = next(row for row in task_rows(course_copy, "ada") if row["grade_id"] == grade_id(manual))
+    assert (written["status"], written["needs_manual_grade"]) == ("graded by hand", "false")
 
 
 def task_rows(course, student_id):
