@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="print what becomes of every file of the download (student, assignment, or why not taken); grade nothing",
     )
+    commands.add_parser(
+        "report",
+        help="the class's results over the whole gradebook: per-task pass rates, score and pass-rate charts, "
+        "the answers still to grade by hand",
+    )
     demo_parser = commands.add_parser("demo", help="grade the bundled sample submissions in a scratch course directory")
     demo_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     demo_parser.add_argument(
@@ -126,6 +131,7 @@ def _validate(course: Course, args: argparse.Namespace) -> int:
 
 
 def _grade(course: Course, args: argparse.Namespace) -> int:
+    from .classreport import class_report, write_class_report
     from .grade import grade, survey
     from .intake import Roster, manifest_summary, manifest_table
     from .report import table
@@ -162,6 +168,19 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
         f"\ngrades: {grading.grades_csv}\nper task: {grading.task_results_csv}\nfeedback: {grading.feedback}/"
         f"\nmanifest (every file of the download): {grading.manifest_csv}\nstudent ids: {grading.student_ids_csv}"
     )
+    results = class_report(course)
+    files = write_class_report(course, results, batch_csv=grading.task_results_csv)
+    print(f"class results over every batch graded ({len(results.pending())} answer(s) to grade by hand):")
+    print("\n".join(f"  {path}" for path in files))
+    return 0
+
+
+def _report(course: Course, args: argparse.Namespace) -> int:
+    from .classreport import class_report, write_class_report
+
+    results = class_report(course)
+    write_class_report(course, results)
+    print(results.summary())
     return 0
 
 
@@ -209,4 +228,12 @@ def _progress(line: str) -> None:
     tqdm.write(line, file=sys.stderr)  # above the batch's progress bar, if one is shown
 
 
-COMMANDS = {"build": _build, "check": _check, "validate": _validate, "grade": _grade, "demo": _demo, "benchmark": _benchmark}
+COMMANDS = {
+    "build": _build,
+    "check": _check,
+    "validate": _validate,
+    "grade": _grade,
+    "report": _report,
+    "demo": _demo,
+    "benchmark": _benchmark,
+}

@@ -276,22 +276,38 @@ def task_headings(notebook: nbformat.NotebookNode) -> list[TaskHeading | None]:
     current: tuple[int, TaskHeading] | None = None
     found: list[TaskHeading | None] = []
     for cell in notebook.cells:
-        if cell.cell_type == "markdown":
-            fenced = False
-            for line in cell.source.splitlines():
-                if line.lstrip().startswith("```"):
-                    fenced = not fenced
-                heading = None if fenced else HEADING.match(line)
-                if heading is None:
-                    continue
-                level = len(heading.group(1))
-                task = TASK_HEADING.match(line)
-                if task is not None:
-                    current = (level, TaskHeading(title=task.group(2), number=task.group(3)))
-                elif current is not None and level <= current[0]:
-                    current = None
+        for line in headings(cell):
+            level = len(HEADING.match(line).group(1))
+            task = TASK_HEADING.match(line)
+            if task is not None:
+                current = (level, TaskHeading(title=task.group(2), number=task.group(3)))
+            elif current is not None and level <= current[0]:
+                current = None
         found.append(current[1] if current else None)
     return found
+
+
+def headings(cell: nbformat.NotebookNode) -> list[str]:
+    """The heading lines (``## ...``) of a markdown cell, in order; none in fenced code blocks or other cells."""
+    found, fenced = [], False
+    for line in cell.source.splitlines() if cell.cell_type == "markdown" else []:
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and HEADING.match(line):
+            found.append(line)
+    return found
+
+
+def cell_labels(notebook: nbformat.NotebookNode) -> dict[str, str]:
+    """grade_id -> a readable label for each grade cell: its task's heading (``Task 2.3 - contiguous strides``),
+    or outside every task the last heading above it and the grade_id (``6. Knowledge check: knowledge_check_q1``)."""
+    labels, heading = {}, None
+    for cell, task in zip(notebook.cells, task_headings(notebook)):
+        heading = next((line.lstrip("#").strip() for line in reversed(headings(cell))), heading)
+        name = grade_id(cell)
+        if name is not None and is_grade(cell):
+            labels[name] = task.title if task else f"{heading}: {name}" if heading else name
+    return labels
 
 
 def regions(source: str) -> Iterator[tuple[str | None, str]]:
