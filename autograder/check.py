@@ -175,7 +175,9 @@ def grade_id_findings(notebook: nbformat.NotebookNode) -> list[str]:
                 f"name it {task.grade_id_prefix}_<what it does>"
             )
         elif task is None and OPAQUE_GRADE_ID.match(cell_id):
-            findings.append(f"grade_id {cell_id!r} (cell {index}) is JupyterLab's made-up id: name it after what it grades")
+            findings.append(
+                f"grade_id {cell_id!r} (cell {index}) is JupyterLab's made-up id: name it after what it grades"
+            )
     return findings
 
 

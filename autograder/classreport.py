@@ -1,4 +1,5 @@
-"""Stage ``report``: the class's results over the whole gradebook (every batch graded so far), not one batch.
+"""The class's results over the whole gradebook (every batch graded so far, not one): ``report``
+and the end of every ``grade``.
 
 Per assignment and grade cell: submissions, attempted, passed, mean score and pass rate, the tasks ranked
 by pass rate (``class_results.csv``); one row per submission and grade cell with the task's label, lateness

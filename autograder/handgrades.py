@@ -26,7 +26,7 @@ from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import SaveAutoGrades
 
 ANSWERS_FILE = "gradebook.answers.json"
-"""``{"<student>/<assignment>/<notebook>/<grade_id>": checksum}`` of each answer graded by hand, at the last autograde."""
+"""``{"<student>/<assignment>/<notebook>/<grade_id>": checksum}`` of each hand-graded answer at the last autograde."""
 
 
 class KeepHandGrades(SaveAutoGrades):

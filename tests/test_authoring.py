@@ -36,7 +36,8 @@ def test_the_authoring_guides_worked_example_builds_checks_and_grades_as_it_says
     solution.metadata["nbgrader"] = json.loads(example("solution metadata"))
     tests = nbformat.v4.new_code_cell(example("tests").rstrip("\n"))
     tests.metadata["nbgrader"] = json.loads(example("tests metadata"))
-    source.cells[after + 1 : after + 1] = [nbformat.v4.new_markdown_cell(example("heading").rstrip("\n")), solution, tests]
+    heading = nbformat.v4.new_markdown_cell(example("heading").rstrip("\n"))
+    source.cells[after + 1 : after + 1] = [heading, solution, tests]
     # 2. The opening.
     for line in example("opening").splitlines():
         old, new = line.split(" -> ")

@@ -223,10 +223,12 @@ def test_source_findings_name_an_opening_whose_task_count_or_points_disagree_wit
         return [
             nbformat.v4.new_markdown_cell(f"### Task {number} - something\n\nWrite `f`."),
             make_solution_cell(f"task_{number.replace('.', '_')}_f_solution"),
-            make_tests_cell(f"task_{number.replace('.', '_')}_f", points=points, source="check_equal(f(1), 2, label='f')" + HIDDEN),
+            make_tests_cell(
+                f"task_{number.replace('.', '_')}_f", points=points, source="check_equal(f(1), 2, label='f')" + HIDDEN
+            ),
         ]
 
-    opening = "# A\n\n**How this notebook is graded**\n- There are two tasks. A task is worth 2 points. 4 points in all."
+    opening = "# A\n\n**How this notebook is graded**\n- There are two tasks, 2 points each. 4 points in all."
     assert stated_count_findings(task_notebook(opening, *task("1.1"), *task("1.2"))) == []
     added = task_notebook(opening, *task("1.1"), *task("1.2"), *task("2.1", points=3))
     assert stated_count_findings(added) == [
@@ -234,6 +236,11 @@ def test_source_findings_name_an_opening_whose_task_count_or_points_disagree_wit
         "the opening says '4 points in all', but the grade cells give 7 points",
     ]
     assert stated_count_findings(task_notebook("# A\n\nNo counts here.", *task("1.1"))) == []
+
+
+def built_files(course):
+    """Every file of release/ and notebooks/ -> its bytes."""
+    return {p: p.read_bytes() for p in [*course.release.rglob("*"), *course.notebooks.rglob("*")] if p.is_file()}
 
 
 def test_check_of_one_assignment_names_a_repeated_grade_id_and_build_keeps_the_release(course_copy, cli):
@@ -244,7 +251,7 @@ def test_check_of_one_assignment_names_a_repeated_grade_id_and_build_keeps_the_r
     tests[1].metadata["nbgrader"]["grade_id"] = repeated
     nbformat.write(source, course_copy.source_notebook("01_tensors"))
     cells = [index for index, cell in enumerate(source.cells) if grade_id(cell) == repeated]
-    before = {p: p.read_bytes() for p in [*course_copy.release.rglob("*"), *course_copy.notebooks.rglob("*")] if p.is_file()}
+    before = built_files(course_copy)
 
     checked = cli("--course", course, "check", "01_tensors")
     assert checked.returncode == 1, checked.stdout + checked.stderr
@@ -259,8 +266,7 @@ def test_check_of_one_assignment_names_a_repeated_grade_id_and_build_keeps_the_r
     assert built.returncode == 2
     assert f"Duplicate grade id: {repeated}" in built.stderr
     assert "Traceback" not in built.stderr  # nbgrader's cause, not the tail of its log
-    after = {p: p.read_bytes() for p in [*course_copy.release.rglob("*"), *course_copy.notebooks.rglob("*")] if p.is_file()}
-    assert after == before
+    assert built_files(course_copy) == before
     assert not list(course_copy.root.glob(".build-*"))
 
     unknown = cli("--course", course, "check", "01_tensor")

@@ -8,7 +8,8 @@ from autograder.cli import main
 
 
 def cell(student, name, score, *, max_score=2.0, autograded=True, attempted=True, pending=False):
-    return CellResult("01_tensors", student, name, f"label of {name}", autograded, score, max_score, attempted, pending, 0.0)
+    label = f"label of {name}"
+    return CellResult("01_tensors", student, name, label, autograded, score, max_score, attempted, pending, 0.0)
 
 
 def test_tasks_are_ranked_by_pass_rate_and_pending_hand_grades_are_listed():

@@ -27,7 +27,8 @@ def test_formgrader_opens_in_jupyterlab_started_from_the_environment_without_act
     port = free_port()
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
     jupyter = Path(sys.executable).parent / "jupyter"
-    command = [str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", f"--IdentityProvider.token={TOKEN}"]
+    command = [str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}"]
+    command.append(f"--IdentityProvider.token={TOKEN}")
     with started_lab(command, cwd=course.root, env=env, port=port, token=TOKEN) as base:
         assert not (course.root / "gradebook.db").exists()
         with urllib.request.urlopen(get(f"{base}/formgrader"), timeout=60) as page:  # redirected
