@@ -11,6 +11,7 @@ from autograder.check import (
     source_findings,
     stated_count_findings,
 )
+from autograder.cli import main
 from autograder.course import grade_id, is_autograder_tests, raises_on_purpose, read_notebook
 
 
@@ -269,6 +270,8 @@ def test_check_of_one_assignment_names_a_repeated_grade_id_and_build_keeps_the_r
     assert built_files(course_copy) == before
     assert not list(course_copy.root.glob(".build-*"))
 
-    unknown = cli("--course", course, "check", "01_tensor")
-    assert unknown.returncode == 2
-    assert "no assignment 01_tensor in" in unknown.stderr
+
+
+def test_check_refuses_an_assignment_the_course_does_not_have(course_copy, capsys):
+    assert main(["--course", str(course_copy.root), "check", "01_tensor"]) == 2
+    assert "no assignment 01_tensor in" in capsys.readouterr().err
