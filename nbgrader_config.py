@@ -12,6 +12,12 @@ import sys
 # (`python -m autograder` also puts that folder on PYTHONPATH for scratch course copies).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+# nbgrader runs `alembic` by name when it creates a gradebook (nbgrader.api.get_alembic_version): find this
+# environment's, also where it was not activated (`.venv/bin/jupyter lab` starting formgrader, `.venv/bin/nbgrader`).
+_bin = os.path.dirname(sys.executable)
+if _bin not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join(filter(None, [_bin, os.environ.get("PATH")]))
+
 c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 
 c.CourseDirectory.course_id = "pytorch-tensors"
@@ -36,14 +42,15 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Autograde: nbgrader's steps, with Execute extended (autograder/execute.py: the
 # sandbox, and a kernel that dies or hangs costs only its cell) and the verdict
 # outside the kernel right after execution (autograder/verdict.py): a test cell whose recorded check values do
-# not pass against the reference solution's run gets an error, so it scores 0.
+# not pass against the reference solution's run gets an error, so it scores 0. SaveAutoGrades is extended
+# (autograder/handgrades.py) so that re-grading keeps a hand grade of an unchanged answer final.
 c.Autograde.autograde_preprocessors = [
     "autograder.execute.Execute",
     "autograder.verdict.CompareRecords",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades",
+    "autograder.handgrades.KeepHandGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]

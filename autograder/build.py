@@ -8,7 +8,9 @@ started with a fixed environment).
 from __future__ import annotations
 
 import copy
+import ctypes
 import os
+import shutil
 import sysconfig
 import tempfile
 from collections.abc import Iterator
@@ -52,19 +54,58 @@ CELL_TIMEOUT_S = 600
 def build(course: Course, *, assignment_ids: list[str] | None = None) -> list[Path]:
     """Regenerate release/<id>/ and notebooks/<id>.ipynb for each assignment.
 
-    Returns the paths written.
+    Returns the paths written. Each assignment's release folder and reference
+    notebook are replaced only once both were made: on any error the old
+    ones are left as they were (see :func:`replace_folder`).
 
     Raises:
         CourseError: nbgrader generate_assignment failed, or a reference
             notebook raised in a cell not tagged ``raises-exception``, did not
-            raise in one so tagged, or wrote to stderr.
+            raise in one so tagged, or wrote to stderr; an id is not an assignment of the course.
     """
     written = []
-    for assignment_id in assignment_ids or course.assignment_ids():
-        reference = executed_reference(course, assignment_id)  # first: a broken reference changes nothing
-        written.append(generate_release(course, assignment_id, destination=course.release))
+    for assignment_id in course.chosen(assignment_ids):
+        # nbgrader deletes the release folder of an assignment it fails on: generate beside it (first: it is
+        # quick), execute the reference, and only when both succeeded put them in place.
+        with tempfile.TemporaryDirectory(prefix=".build-", dir=course.root) as scratch:
+            fresh = generate_release(course, assignment_id, destination=Path(scratch))
+            reference = executed_reference(course, assignment_id)
+            written.append(replace_folder(fresh, course.release / assignment_id))
         written.append(write_reference(course, assignment_id, reference))
     return written
+
+
+RENAME_EXCHANGE = 2
+"""``renameat2`` flag (Linux 3.15, glibc 2.28): swap two paths in one step (rename(2))."""
+AT_FDCWD = -100
+
+
+def replace_folder(new: Path, old: Path) -> Path:
+    """Put folder ``new`` in the place of ``old`` (created if missing), then delete what was at ``old``.
+
+    Where the kernel and filesystem allow, the two are exchanged atomically
+    (``renameat2(RENAME_EXCHANGE)``), so ``old`` always holds a whole
+    assignment; elsewhere ``old`` is renamed aside first, and is missing
+    only between two renames. Both must be on one filesystem.
+
+    Returns ``old``.
+    """
+    old.parent.mkdir(parents=True, exist_ok=True)
+    if not old.exists():
+        new.rename(old)
+        return old
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        exchanged = libc.renameat2(AT_FDCWD, os.fsencode(new), AT_FDCWD, os.fsencode(old), RENAME_EXCHANGE) == 0
+    except AttributeError:  # no renameat2 in this C library
+        exchanged = False
+    if not exchanged:
+        aside = new.with_name(new.name + ".old")
+        old.rename(aside)
+        new.rename(old)
+        new = aside
+    shutil.rmtree(new)
+    return old
 
 
 def generate_release(course: Course, assignment_id: str, *, destination: Path) -> Path:
@@ -119,7 +160,9 @@ def write_reference(course: Course, assignment_id: str, executed: nbformat.Noteb
             previous = stored.get(cell.get("id"))
             if marked(cell, NBVAL_IGNORE) and previous is not None and previous.source == cell.source:
                 cell.outputs = previous.outputs
-    nbformat.write(executed, path)
+    partial = path.with_name(f".{path.name}.partial")
+    nbformat.write(executed, partial)
+    partial.replace(path)  # atomic: the stored notebook is the old one or the new one, whole
     return path
 
 

@@ -3,8 +3,11 @@
 Findings: release/ or notebooks/ stale against source/ (compared ignoring
 cell ids, outputs and execution metadata), a release notebook holding
 solution code, hidden tests or their markers, a reference notebook not fully
-executed or with stderr, a grade cell without points, repeated grade_ids, a
-solution code cell with no autograder-tests cell after it, a solution or
+executed or with stderr, a grade cell without points, repeated grade_ids (found
+in the source, before nbgrader refuses it), grade_ids not derived from their
+task's heading or made up by JupyterLab, a test cell ending in a bare
+expression, an opening whose task count or points disagree with the grade
+cells, a solution code cell with no autograder-tests cell after it, a solution or
 autograder-tests cell without its BEGIN SOLUTION / BEGIN HIDDEN TESTS markers,
 and a cell that raises on purpose without the ``raises-exception`` tag
 (JupyterLab's Run All, like nbgrader, stops at the first error of an untagged cell).
@@ -12,12 +15,17 @@ and a cell that raises on purpose without the ``raises-exception`` tag
 
 from __future__ import annotations
 
+import ast
 import filecmp
+import itertools
+import re
 import tempfile
 from pathlib import Path
 
 import nbformat
+from IPython.core.inputtransformer2 import TransformerManager
 
+from . import checks
 from .build import NBVAL_RAISES, generate_release, marked, reference_cells
 from .checks import RECORD_VERSION
 from .course import (
@@ -27,21 +35,30 @@ from .course import (
     RAISES_TAG,
     SOLUTION_MARKERS,
     Course,
+    CourseError,
     grade_id,
     is_autograded_answer,
     is_autograder_tests,
     is_grade,
+    nbgrader_meta,
     raises_on_purpose,
     read_notebook,
     regions,
+    task_headings,
 )
 from .verdict import cell_records
 
 
-def check(course: Course) -> list[str]:
-    """Return the findings for every assignment of ``course`` (empty when all is well)."""
+def check(course: Course, *, assignment_ids: list[str] | None = None) -> list[str]:
+    """Return the findings for the given assignments of ``course`` (default: all; empty when all is well).
+
+    The source notebook's own findings come first, before nbgrader runs on it.
+
+    Raises:
+        CourseError: an id is not an assignment of the course.
+    """
     findings = []
-    for assignment_id in course.assignment_ids():
+    for assignment_id in course.chosen(assignment_ids):
         source = read_notebook(course.source_notebook(assignment_id))
         findings += [f"source/{assignment_id}: {f}" for f in source_findings(source)]
         findings += release_findings(course, assignment_id, source)
@@ -50,10 +67,18 @@ def check(course: Course) -> list[str]:
 
 
 def source_findings(notebook: nbformat.NotebookNode) -> list[str]:
+    """The source notebook's findings: those of its cells (:func:`cell_findings`), then its
+    grade_ids (:func:`grade_id_findings`) and its opening's counts (:func:`stated_count_findings`)."""
+    return cell_findings(notebook) + grade_id_findings(notebook) + stated_count_findings(notebook)
+
+
+def cell_findings(notebook: nbformat.NotebookNode) -> list[str]:
     """Grade cells without points, repeated grade_ids, solution cells with no tests after them,
-    cells whose solution or hidden tests are not marked (nbgrader would then release them), and
-    cells whose ``# NBVAL_RAISES_EXCEPTION`` marker and ``raises-exception`` tag disagree."""
+    cells whose solution or hidden tests are not marked (nbgrader would then release them),
+    test cells that end in a bare expression, and cells whose ``# NBVAL_RAISES_EXCEPTION``
+    marker and ``raises-exception`` tag disagree."""
     findings = []
+    silent = SILENT_CALLS | returning_nothing(notebook)
     seen: dict[str, int] = {}
     for index, cell in enumerate(notebook.cells):
         cell_id = grade_id(cell)
@@ -67,6 +92,11 @@ def source_findings(notebook: nbformat.NotebookNode) -> list[str]:
                 findings.append(f"grade cell {cell_id!r} (cell {index}) has no points")
         if is_autograder_tests(cell) and HIDDEN_TEST_MARKERS[0] not in cell.source:
             findings.append(f"autograder-tests cell {cell_id!r} (cell {index}) has no {HIDDEN_TEST_MARKERS[0]} section")
+        if is_autograder_tests(cell) and (last := bare_expression(cell.source, silent=silent)):
+            findings.append(
+                f"autograder-tests cell {cell_id!r} (cell {index}) ends in the bare expression {last!r}: nbgrader "
+                "reads a number shown as the cell's value as partial credit (assign it, or end with a check)"
+            )
         if is_autograded_answer(cell) and SOLUTION_MARKERS[0] not in cell.source:
             findings.append(f"solution cell {cell_id!r} (cell {index}) has no {SOLUTION_MARKERS[0]} region")
         if is_autograded_answer(cell):
@@ -80,6 +110,107 @@ def source_findings(notebook: nbformat.NotebookNode) -> list[str]:
     return findings
 
 
+SILENT_CALLS = frozenset({"print", *(name for name in dir(checks) if name.startswith("check_"))})
+"""Functions whose call may end a test cell: they return None, so the cell shows no value."""
+
+
+def _parsed(source: str) -> tuple[str, list[ast.stmt]]:
+    """A code cell as Python (IPython's magics and ``!`` translated) and its statements (none if it does not parse)."""
+    python = TransformerManager().transform_cell(source)
+    try:
+        return python, ast.parse(python).body
+    except SyntaxError:
+        return python, []
+
+
+def returning_nothing(notebook: nbformat.NotebookNode) -> set[str]:
+    """Names of the functions the notebook's code cells define that never return a value."""
+    names = set()
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.Module(body=_parsed(cell.source)[1], type_ignores=[])):
+            if isinstance(node, ast.FunctionDef) and not any(
+                isinstance(inner, ast.Return) and inner.value is not None for inner in ast.walk(node)
+            ):
+                names.add(node.name)
+    return names
+
+
+def bare_expression(source: str, *, silent: frozenset[str] | set[str] = SILENT_CALLS) -> str | None:
+    """The last statement of a code cell's ``source`` when it is an expression whose value IPython would
+    show as the cell's result (None otherwise, and for a cell that does not parse).
+
+    Calls of the functions named in ``silent`` (which return None) and a statement ending in ``;``
+    (IPython shows nothing then) are not counted.
+    """
+    python, body = _parsed(source)
+    if not body or not isinstance(body[-1], ast.Expr):
+        return None
+    value = body[-1].value
+    after = "\n".join(python.splitlines()[value.end_lineno - 1 :])[value.end_col_offset :]
+    if after.lstrip().startswith(";"):
+        return None
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in silent:
+        return None
+    return ast.get_source_segment(python, value)
+
+
+OPAQUE_GRADE_ID = re.compile(r"^cell-[0-9a-f]{8,}$")
+"""The grade_ids JupyterLab's "Create Assignment" makes up, e.g. ``cell-9f8e7d6c5b4a3f2e``."""
+
+
+def grade_id_findings(notebook: nbformat.NotebookNode) -> list[str]:
+    """grade_ids that say nothing of their task: in a task, one that does not start with the prefix its
+    heading gives (``Task 2.3 - ...`` gives ``task_2_3_``); anywhere, one JupyterLab made up. Results
+    and feedback name each cell by its grade_id."""
+    findings = []
+    for index, (cell, task) in enumerate(zip(notebook.cells, task_headings(notebook))):
+        cell_id = grade_id(cell)
+        if cell_id is None:
+            continue
+        if task is not None and not cell_id.startswith(task.grade_id_prefix + "_"):
+            findings.append(
+                f"grade_id {cell_id!r} (cell {index}) is not derived from its heading {task.title!r}: "
+                f"name it {task.grade_id_prefix}_<what it does>"
+            )
+        elif task is None and OPAQUE_GRADE_ID.match(cell_id):
+            findings.append(
+                f"grade_id {cell_id!r} (cell {index}) is JupyterLab's made-up id: name it after what it grades"
+            )
+    return findings
+
+
+NUMBER_WORDS = {
+    word: number
+    for number, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen".split()
+    )
+}
+STATED_TASKS = re.compile(r"\bthere (?:are|is) (\w+) tasks?\b", re.IGNORECASE)
+STATED_POINTS = re.compile(r"\b(\d+) points in (?:all|total)\b", re.IGNORECASE)
+
+
+def stated_count_findings(notebook: nbformat.NotebookNode) -> list[str]:
+    """Where the notebook's opening (its markdown cells before the first code cell) states how many tasks
+    (``There are six tasks``) or points (``17 points in all``) it has, and its grade cells disagree: the
+    tasks are the task headings (:func:`autograder.course.task_headings`) with an autograder-tests cell
+    under them, the points those of every grade cell."""
+    opening = "\n".join(
+        cell.source for cell in itertools.takewhile(lambda c: c.cell_type == "markdown", notebook.cells)
+    )
+    tasks = {task for cell, task in zip(notebook.cells, task_headings(notebook)) if task and is_autograder_tests(cell)}
+    points = sum(nbgrader_meta(cell).get("points") or 0 for cell in notebook.cells if is_grade(cell))
+    findings = []
+    if (stated := STATED_TASKS.search(opening)) is not None:
+        count = NUMBER_WORDS.get(stated.group(1).lower(), int(stated.group(1)) if stated.group(1).isdigit() else None)
+        if count != len(tasks):
+            findings.append(f"the opening says {stated.group(0)!r}, but {len(tasks)} task(s) have test cells")
+    if (stated := STATED_POINTS.search(opening)) is not None and float(stated.group(1)) != points:
+        findings.append(f"the opening says {stated.group(0)!r}, but the grade cells give {points:g} points")
+    return findings
+
+
 def release_findings(course: Course, assignment_id: str, source: nbformat.NotebookNode) -> list[str]:
     """Staleness against a fresh nbgrader generate_assignment, and leaked solutions or hidden tests."""
     released = course.release / assignment_id
@@ -89,7 +220,10 @@ def release_findings(course: Course, assignment_id: str, source: nbformat.Notebo
     release = read_notebook(course.release_notebook(assignment_id))
     findings += [f"release/{assignment_id}: {f}" for f in leak_findings(source, release)]
     with tempfile.TemporaryDirectory(prefix="release-check-") as scratch:
-        fresh = generate_release(course, assignment_id, destination=Path(scratch))
+        try:
+            fresh = generate_release(course, assignment_id, destination=Path(scratch))
+        except CourseError as error:  # the cause is quoted; the source findings above name it too, mostly
+            return [*findings, f"release/{assignment_id}: not compared: {error}"]
         fresh_files = {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
         release_files = {p.relative_to(released) for p in released.rglob("*") if p.is_file()}
         for name in sorted(fresh_files ^ release_files):

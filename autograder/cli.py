@@ -18,7 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     build_parser = commands.add_parser("build", help="regenerate release/ and notebooks/ from source/")
     build_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
-    commands.add_parser("check", help="list what is stale or inconsistent; exit 1 if anything is")
+    check_parser = commands.add_parser("check", help="list what is stale or inconsistent; exit 1 if anything is")
+    check_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     validate_parser = commands.add_parser(
         "validate", help="run a notebook's tests as nbgrader will; list the test cells that pass and fail; exit 1 if any fails"
     )
@@ -51,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         "--dry-run",
         action="store_true",
         help="print what becomes of every file of the download (student, assignment, or why not taken); grade nothing",
+    )
+    commands.add_parser(
+        "report",
+        help="the class's results over the whole gradebook: per-task pass rates, score and pass-rate charts, "
+        "the answers still to grade by hand",
     )
     demo_parser = commands.add_parser("demo", help="grade the bundled sample submissions in a scratch course directory")
     demo_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
@@ -109,7 +115,7 @@ def _build(course: Course, args: argparse.Namespace) -> int:
 def _check(course: Course, args: argparse.Namespace) -> int:
     from .check import check
 
-    findings = check(course)
+    findings = check(course, assignment_ids=args.assignments or None)
     for finding in findings:
         print(finding)
     print(f"{len(findings)} finding(s)" if findings else "check passed: release/ and notebooks/ match source/")
@@ -125,6 +131,7 @@ def _validate(course: Course, args: argparse.Namespace) -> int:
 
 
 def _grade(course: Course, args: argparse.Namespace) -> int:
+    from .classreport import class_report, write_class_report
     from .grade import grade, survey
     from .intake import Roster, manifest_summary, manifest_table
     from .report import table
@@ -161,6 +168,19 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
         f"\ngrades: {grading.grades_csv}\nper task: {grading.task_results_csv}\nfeedback: {grading.feedback}/"
         f"\nmanifest (every file of the download): {grading.manifest_csv}\nstudent ids: {grading.student_ids_csv}"
     )
+    results = class_report(course)
+    files = write_class_report(course, results, batch_csv=grading.task_results_csv)
+    print(f"class results over every batch graded ({len(results.pending())} answer(s) to grade by hand):")
+    print("\n".join(f"  {path}" for path in files))
+    return 0
+
+
+def _report(course: Course, args: argparse.Namespace) -> int:
+    from .classreport import class_report, write_class_report
+
+    results = class_report(course)
+    write_class_report(course, results)
+    print(results.summary())
     return 0
 
 
@@ -208,4 +228,12 @@ def _progress(line: str) -> None:
     tqdm.write(line, file=sys.stderr)  # above the batch's progress bar, if one is shown
 
 
-COMMANDS = {"build": _build, "check": _check, "validate": _validate, "grade": _grade, "demo": _demo, "benchmark": _benchmark}
+COMMANDS = {
+    "build": _build,
+    "check": _check,
+    "validate": _validate,
+    "grade": _grade,
+    "report": _report,
+    "demo": _demo,
+    "benchmark": _benchmark,
+}

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -73,6 +75,18 @@ class Course:
         if not ids:
             raise CourseError(f"no assignment in {self.source} (expected source/<id>/<id>.ipynb)")
         return ids
+
+    def chosen(self, assignment_ids: list[str] | None) -> list[str]:
+        """``assignment_ids`` as given, or all of :meth:`assignment_ids` when None or empty.
+
+        Raises:
+            CourseError: one of them is not an assignment of the course (the message lists those that are).
+        """
+        known = self.assignment_ids()
+        unknown = [name for name in assignment_ids or [] if name not in known]
+        if unknown:
+            raise CourseError(f"no assignment {', '.join(unknown)} in {self.source} (there are: {', '.join(known)})")
+        return list(assignment_ids or known)
 
     def source_notebook(self, assignment_id: str) -> Path:
         return self.source / assignment_id / f"{assignment_id}.ipynb"
@@ -163,9 +177,38 @@ def generate_assignment(course: Course, assignment_id: str, *, release_dir: Path
 
 
 def nbgrader_failure(process: subprocess.CompletedProcess[str], what: str) -> CourseError:
-    """A CourseError quoting the end of nbgrader's log."""
-    tail = "\n".join((process.stdout + process.stderr).strip().splitlines()[-15:])
-    return CourseError(f"{what} failed (nbgrader exit {process.returncode}):\n{tail}")
+    """A CourseError quoting nbgrader's own error lines (:func:`nbgrader_errors`), else the end of its log."""
+    log = process.stdout + process.stderr
+    quoted = nbgrader_errors(log) or log.strip().splitlines()[-15:]
+    return CourseError(f"{what} failed (nbgrader exit {process.returncode}):\n  " + "\n  ".join(quoted))
+
+
+NBGRADER_BOILERPLATE = ("Please see the", "There was an error processing assignment")
+"""Starts of nbgrader's ERROR lines that only point at the error lines before them."""
+
+
+def nbgrader_errors(log: str) -> list[str]:
+    """The causes nbgrader logged at ERROR level, in order, each once.
+
+    A logged traceback (``[App | ERROR] Traceback ...`` and its indented
+    lines) is quoted by its exception line (``ValidationError: Duplicate grade
+    id: ...``); other ERROR lines as they are, except those that only refer to
+    the lines before them (:data:`NBGRADER_BOILERPLATE`) or repeat a cause
+    already quoted (nbgrader logs a failed validation as a line and as an exception).
+    """
+    causes: list[str] = []
+    lines = log.splitlines()
+    for index, line in enumerate(lines):
+        if "| ERROR] " not in line:
+            continue
+        message = line.split("| ERROR] ", 1)[1].strip()
+        if message.startswith("Traceback"):
+            block = itertools.takewhile(lambda following: not following.startswith("["), lines[index + 1 :])
+            message = next((b.strip() for b in reversed(list(block)) if b.strip()), message)
+        repeated = any(message.endswith(cause) or cause.endswith(message) for cause in causes)
+        if message and not message.startswith(NBGRADER_BOILERPLATE) and not repeated:
+            causes.append(message)
+    return causes
 
 
 # --------------------------------------------------------------------------- cells
@@ -201,6 +244,70 @@ def raises_on_purpose(cell: nbformat.NotebookNode) -> bool:
 
 def grade_id(cell: nbformat.NotebookNode) -> str | None:
     return nbgrader_meta(cell).get("grade_id")
+
+
+TASK_HEADING = re.compile(r"^(#{1,6})\s+(Task\s+(\d+(?:\.\d+)*)\s*[-\u2013\u2014:]\s*.+?)\s*$")
+"""A task's heading line: ``### Task 2.3 - contiguous strides`` (level, title, number)."""
+HEADING = re.compile(r"^(#{1,6})\s")
+
+
+@dataclass(frozen=True)
+class TaskHeading:
+    """The visible heading of a task, e.g. ``### Task 2.3 - contiguous strides``."""
+
+    title: str
+    """The heading's text: ``Task 2.3 - contiguous strides``."""
+    number: str
+    """``2.3``."""
+
+    @property
+    def grade_id_prefix(self) -> str:
+        """What the grade_ids of the task's cells start with: ``task_2_3`` (then ``_<name>``)."""
+        return "task_" + self.number.replace(".", "_")
+
+
+def task_headings(notebook: nbformat.NotebookNode) -> list[TaskHeading | None]:
+    """For each cell of ``notebook``, the task heading it lies under (None outside every task).
+
+    A task runs from its heading to the next heading of the same or a higher
+    level (``## 6. Knowledge check`` ends ``### Task 5.1``); headings inside
+    fenced code blocks do not count.
+    """
+    current: tuple[int, TaskHeading] | None = None
+    found: list[TaskHeading | None] = []
+    for cell in notebook.cells:
+        for line in headings(cell):
+            level = len(HEADING.match(line).group(1))
+            task = TASK_HEADING.match(line)
+            if task is not None:
+                current = (level, TaskHeading(title=task.group(2), number=task.group(3)))
+            elif current is not None and level <= current[0]:
+                current = None
+        found.append(current[1] if current else None)
+    return found
+
+
+def headings(cell: nbformat.NotebookNode) -> list[str]:
+    """The heading lines (``## ...``) of a markdown cell, in order; none in fenced code blocks or other cells."""
+    found, fenced = [], False
+    for line in cell.source.splitlines() if cell.cell_type == "markdown" else []:
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and HEADING.match(line):
+            found.append(line)
+    return found
+
+
+def cell_labels(notebook: nbformat.NotebookNode) -> dict[str, str]:
+    """grade_id -> a readable label for each grade cell: its task's heading (``Task 2.3 - contiguous strides``),
+    or outside every task the last heading above it and the grade_id (``6. Knowledge check: knowledge_check_q1``)."""
+    labels, heading = {}, None
+    for cell, task in zip(notebook.cells, task_headings(notebook)):
+        heading = next((line.lstrip("#").strip() for line in reversed(headings(cell))), heading)
+        name = grade_id(cell)
+        if name is not None and is_grade(cell):
+            labels[name] = task.title if task else f"{heading}: {name}" if heading else name
+    return labels
 
 
 def regions(source: str) -> Iterator[tuple[str | None, str]]:

@@ -90,9 +90,9 @@ def collect(course: Course, submissions: list[Submission]) -> list[SubmissionRes
             if assignment_id not in grade_cells:
                 source = read_notebook(course.source_notebook(assignment_id))
                 grade_cells[assignment_id] = {grade_id(cell): cell for cell in source.cells if is_grade(cell)}
-                answers_of[assignment_id] = _answers_tested(source)
+                answers_of[assignment_id] = answers_tested(source)
             if notebook.assignment.total_seconds_late > 0:
-                result.notes.append(f"late by {_duration(notebook.assignment.total_seconds_late)} (nbgrader)")
+                result.notes.append(f"late by {duration(notebook.assignment.total_seconds_late)} (nbgrader)")
             cells = grade_cells[assignment_id]
             order = list(cells)
             grades = sorted(notebook.grades, key=lambda g: order.index(g.name) if g.name in order else len(order))
@@ -124,7 +124,7 @@ def collect(course: Course, submissions: list[Submission]) -> list[SubmissionRes
     return results
 
 
-def _answers_tested(source: nbformat.NotebookNode) -> dict[str, set[str]]:
+def answers_tested(source: nbformat.NotebookNode) -> dict[str, set[str]]:
     """Test cell grade_id -> the solution cells it checks: those since the previous test cell.
 
     A test cell right after another one (the knowledge check's questions) checks the same solution cells.
@@ -139,7 +139,7 @@ def _answers_tested(source: nbformat.NotebookNode) -> dict[str, set[str]]:
     return found
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     minutes = round(seconds / 60)
     days, minutes = divmod(minutes, 24 * 60)
     hours, minutes = divmod(minutes, 60)

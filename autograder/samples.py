@@ -114,7 +114,7 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
         Sample("reference", assignment_id, reference, {**points, **manual}),
         Sample("unchanged_release", assignment_id, release, {**{k: 0.0 for k in points}, **manual}, "unattempted"),
     ]
-    for kind, variant in variants(assignment_id):
+    for kind, variant in variants(assignment_id, root=samples_root(course)):
         what = f"{kind} {variant['name']!r} of {assignment_id}"
         loses = variant.get("loses", [])
         unknown = [name for name in loses if name not in points]
@@ -157,11 +157,19 @@ VARIANT_FILES = {
 """Student-id prefix -> (folder of ``<assignment_id>.toml`` files, name of their tables)."""
 
 
-def variants(assignment_id: str) -> list[tuple[str, dict]]:
-    """``(prefix, table)`` for each wrong answer and hostile submission of an assignment, in file order."""
+def samples_root(course: Course) -> Path:
+    """Where the course's sample files are (``tests/submissions/``, ``tests/hostile/``): in the course directory
+    when it has a ``tests/submissions/`` of its own (a copy made to try a new task, see AUTHORING.md), else in
+    this repository."""
+    return course.root if (course.root / SAMPLES_DIR.relative_to(ROOT)).is_dir() else ROOT
+
+
+def variants(assignment_id: str, *, root: Path = ROOT) -> list[tuple[str, dict]]:
+    """``(prefix, table)`` for each wrong answer and hostile submission of an assignment, in file order, from the
+    sample files under ``root`` (:func:`samples_root`)."""
     found = []
     for prefix, (folder, table) in VARIANT_FILES.items():
-        path = folder / f"{assignment_id}.toml"
+        path = root / folder.relative_to(ROOT) / f"{assignment_id}.toml"
         if path.exists():
             with path.open("rb") as handle:
                 found.extend((prefix, entry) for entry in tomllib.load(handle).get(table, []))

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -90,17 +92,26 @@ def lab(course_folder):
         f"--IdentityProvider.token={TOKEN}", f"--LabApp.user_settings_dir={course_folder / '.settings'}",
         f"--LabApp.workspaces_dir={course_folder / '.workspaces'}", "--LabApp.news_url=",
     ]
+    with started_lab(command, cwd=course_folder, env=env, port=port, token=TOKEN) as base:
+        yield base
+
+
+@contextmanager
+def started_lab(command: list[str], *, cwd: Path, env: dict[str, str], port: int, token: str) -> Iterator[str]:
+    """JupyterLab started by ``command`` (which must listen on 127.0.0.1:``port`` with ``token``) in ``cwd``,
+    its log in ``cwd/jupyterlab.log``; yields its base URL once it answers, and stops it after."""
     if os.geteuid() == 0:
-        command.append("--allow-root")
-    log = (course_folder / "jupyterlab.log").open("w")
-    server = subprocess.Popen(command, cwd=course_folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+        command = [*command, "--allow-root"]
+    log_path = cwd / "jupyterlab.log"
+    log = log_path.open("w")
+    server = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
-            assert server.poll() is None, (course_folder / "jupyterlab.log").read_text()
+            assert server.poll() is None, log_path.read_text()
             try:
-                urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=5)
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5)
                 break
             except OSError:
                 assert time.monotonic() < deadline, "JupyterLab did not start in 120 s"

@@ -4,7 +4,14 @@ import json
 
 import nbformat
 
-from autograder.check import leak_findings, reference_findings, source_findings
+from autograder.check import (
+    grade_id_findings,
+    leak_findings,
+    reference_findings,
+    source_findings,
+    stated_count_findings,
+)
+from autograder.cli import main
 from autograder.course import grade_id, is_autograder_tests, raises_on_purpose, read_notebook
 
 
@@ -155,3 +162,116 @@ def test_reference_findings_name_a_raising_cell_without_the_tag(course_copy):
         f"notebooks/{assignment_id}.ipynb: cell {index} raises but is not tagged raises-exception "
         "(Run All would stop there)"
     ) in reference_findings(course_copy, assignment_id)
+
+
+def task_notebook(opening, *cells):
+    """A notebook opening with ``opening`` (markdown) and then ``cells``."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_markdown_cell(opening), *cells]
+    return notebook
+
+
+HIDDEN = "\n### BEGIN HIDDEN TESTS\ncheck_equal(f(2), 3, label='f(2)')\n### END HIDDEN TESTS"
+
+
+def test_source_findings_name_a_test_cell_that_ends_in_a_value_nbgrader_would_read_as_partial_credit():
+    def helper(body):
+        return nbformat.v4.new_code_cell(f"def {body}")
+
+    notebook = task_notebook(
+        "# A",
+        helper("silent(x):\n    check_equal(x, 1, label='x')"),
+        helper("loud(x):\n    return x + 1"),
+        make_solution_cell("f_solution"),
+        make_tests_cell("ends_in_a_value", source="r = f(1)" + HIDDEN + "\nr.sum()"),
+        make_tests_cell("ends_in_a_check", source="r = f(1)" + HIDDEN),
+        make_tests_cell("ends_in_a_silenced_value", source="r = f(1)" + HIDDEN + "\nr;  # silenced\n# the end"),
+        make_tests_cell("ends_in_a_silent_helper", source="r = f(1)" + HIDDEN + "\nsilent(r)"),
+        make_tests_cell("ends_in_a_helper_with_a_value", source="r = f(1)" + HIDDEN + "\nloud(r)"),
+        make_tests_cell("ends_in_a_print", source="%time r = f(1)" + HIDDEN + "\nprint(r)"),
+    )
+    findings = [f for f in source_findings(notebook) if "bare expression" in f]
+    assert findings == [
+        f"autograder-tests cell {name!r} (cell {index}) ends in the bare expression {last!r}: nbgrader reads a "
+        "number shown as the cell's value as partial credit (assign it, or end with a check)"
+        for name, index, last in [("ends_in_a_value", 4, "r.sum()"), ("ends_in_a_helper_with_a_value", 8, "loud(r)")]
+    ]
+
+
+def test_source_findings_name_grade_ids_not_derived_from_the_task_heading():
+    notebook = task_notebook(
+        "# A",
+        nbformat.v4.new_markdown_cell("### Task 2.3 - contiguous strides\n\nWrite `f`."),
+        make_solution_cell("cell-9f8e7d6c5b4a3f2e"),
+        make_tests_cell("task_2_3_contiguous_strides", source="check_equal(f(1), 2, label='f(1)')" + HIDDEN),
+        nbformat.v4.new_markdown_cell("#### Hint\n\n```\n# Task 9.9 - not a heading\n```"),
+        make_tests_cell("task_2_30_more", source="check_equal(f(1), 2, label='f(1)')" + HIDDEN),
+        nbformat.v4.new_markdown_cell("## Knowledge check"),
+        make_tests_cell("knowledge_check_q1", source="check_equal(answer_q1, 'a', label='q1')" + HIDDEN),
+        make_tests_cell("cell-0123456789abcdef", source="check_equal(answer_q2, 'a', label='q2')" + HIDDEN),
+    )
+    assert grade_id_findings(notebook) == [
+        "grade_id 'cell-9f8e7d6c5b4a3f2e' (cell 2) is not derived from its heading 'Task 2.3 - contiguous strides': "
+        "name it task_2_3_<what it does>",
+        "grade_id 'task_2_30_more' (cell 5) is not derived from its heading 'Task 2.3 - contiguous strides': "
+        "name it task_2_3_<what it does>",
+        "grade_id 'cell-0123456789abcdef' (cell 8) is JupyterLab's made-up id: name it after what it grades",
+    ]
+
+
+def test_source_findings_name_an_opening_whose_task_count_or_points_disagree_with_the_grade_cells():
+    def task(number, points=2):
+        return [
+            nbformat.v4.new_markdown_cell(f"### Task {number} - something\n\nWrite `f`."),
+            make_solution_cell(f"task_{number.replace('.', '_')}_f_solution"),
+            make_tests_cell(
+                f"task_{number.replace('.', '_')}_f", points=points, source="check_equal(f(1), 2, label='f')" + HIDDEN
+            ),
+        ]
+
+    opening = "# A\n\n**How this notebook is graded**\n- There are two tasks, 2 points each. 4 points in all."
+    assert stated_count_findings(task_notebook(opening, *task("1.1"), *task("1.2"))) == []
+    added = task_notebook(opening, *task("1.1"), *task("1.2"), *task("2.1", points=3))
+    assert stated_count_findings(added) == [
+        "the opening says 'There are two tasks', but 3 task(s) have test cells",
+        "the opening says '4 points in all', but the grade cells give 7 points",
+    ]
+    assert stated_count_findings(task_notebook("# A\n\nNo counts here.", *task("1.1"))) == []
+
+
+def built_files(course):
+    """Every file of release/ and notebooks/ -> its bytes."""
+    return {p: p.read_bytes() for p in [*course.release.rglob("*"), *course.notebooks.rglob("*")] if p.is_file()}
+
+
+def test_check_of_one_assignment_names_a_repeated_grade_id_and_build_keeps_the_release(course_copy, cli):
+    course = str(course_copy.root)
+    source = read_notebook(course_copy.source_notebook("01_tensors"))
+    tests = [cell for cell in source.cells if is_autograder_tests(cell)]
+    repeated = grade_id(tests[0])
+    tests[1].metadata["nbgrader"]["grade_id"] = repeated
+    nbformat.write(source, course_copy.source_notebook("01_tensors"))
+    cells = [index for index, cell in enumerate(source.cells) if grade_id(cell) == repeated]
+    before = built_files(course_copy)
+
+    checked = cli("--course", course, "check", "01_tensors")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    lines = checked.stdout.splitlines()
+    assert lines[0] == f"source/01_tensors: grade_id {repeated!r} is used by cells {cells[0]} and {cells[1]}"
+    assert any(line.startswith("release/01_tensors: not compared: nbgrader generate_assignment") for line in lines)
+    assert f"ValidationError: Duplicate grade id: {repeated}" in checked.stdout
+    others = [other for other in course_copy.assignment_ids() if other != "01_tensors"]
+    assert not [other for other in others if other in checked.stdout]  # only the assignment asked for
+
+    built = cli("--course", course, "build", "01_tensors")
+    assert built.returncode == 2
+    assert f"Duplicate grade id: {repeated}" in built.stderr
+    assert "Traceback" not in built.stderr  # nbgrader's cause, not the tail of its log
+    assert built_files(course_copy) == before
+    assert not list(course_copy.root.glob(".build-*"))
+
+
+
+def test_check_refuses_an_assignment_the_course_does_not_have(course_copy, capsys):
+    assert main(["--course", str(course_copy.root), "check", "01_tensor"]) == 2
+    assert "no assignment 01_tensor in" in capsys.readouterr().err

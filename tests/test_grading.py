@@ -142,19 +142,49 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
     assert "A hidden test failed: answer_q1" in page
     assert "BEGIN HIDDEN TESTS" not in page and "expected &#x27;" not in page and str(course_copy.root) not in page
 
-    # An instructor grades the written answer in formgrader; re-grading the same download keeps that grade.
+    # An instructor grades the written answer in formgrader (its PUT /formgrader/api/grade/<id> sets these two);
+    # a second, smaller batch re-grades ada's same submission, which keeps that grade, graded by hand.
     with Gradebook(course_copy.db_url) as gradebook:
-        gradebook.find_grade(grade_id(manual), assignment_id, assignment_id, "ada").manual_score = 1.5
+        hand_grade = gradebook.find_grade(grade_id(manual), assignment_id, assignment_id, "ada")
+        hand_grade.manual_score, hand_grade.needs_manual_grade = 1.5, False
         gradebook.db.commit()
-    again = cli("--course", str(course_copy.root), "grade", str(download))
+    second = write_download(
+        [replace(reference, student_id="ada"), replace(found["unchanged_release"], student_id="eve")],
+        tmp_path / "second",
+    )
+    again = cli("--course", str(course_copy.root), "grade", str(second))
     assert again.returncode == 0, again.stderr
     scores = {row["grade_id"]: float(row["score"]) for row in task_rows(course_copy, "ada")}
     assert scores == {**reference.expected, grade_id(manual): 1.5}
+    written = next(row for row in task_rows(course_copy, "ada") if row["grade_id"] == grade_id(manual))
+    assert (written["status"], written["needs_manual_grade"]) == ("graded by hand", "false")
+
+    # The class results cover both batches (task_results.csv holds the last one only).
+    assert {row["student_id"] for row in task_rows(course_copy, None)} == {"ada", "eve"}
+    with (course_copy.root / "task_results_all.csv").open() as handle:
+        every = list(csv.DictReader(handle))
+    assert {row["student_id"] for row in every} == {"ada", "bea", "cy", "dee", "eve"}
+    assert {row["submission_status"] for row in every if row["student_id"] in ("cy", "eve")} == {"repaired", "unattempted"}
+    first = next(row for row in every if row["student_id"] == "ada" and row["grade_id"] == grade_id(first_test))
+    assert first["task"] == "Task 1.1 - one-hot encoding"
+    with (course_copy.root / "class_results.csv").open() as handle:
+        tasks = {row["grade_id"]: row for row in csv.DictReader(handle)}
+    one_hot = tasks[grade_id(first_test)]
+    assert (one_hot["submissions"], one_hot["attempted"], one_hot["passed"]) == ("5", "2", "2")  # ada and dee; the others left it as released
+    assert [tasks[name]["pass_rate"] for name in tasks] == sorted(tasks[name]["pass_rate"] for name in tasks)
+    for chart in (f"scores_{assignment_id}.png", f"pass_rates_{assignment_id}.png"):
+        assert (course_copy.root / chart).read_bytes().startswith(b"\x89PNG"), chart
+        assert str(course_copy.root / chart) in again.stdout
+    pending = cli("--course", str(course_copy.root), "report")
+    assert pending.returncode == 0, pending.stderr
+    assert f"{assignment_id} dee: 6. Knowledge check: {grade_id(manual)}" in pending.stdout
+    assert f"{assignment_id} ada:" not in pending.stdout  # graded by hand
 
 
 def task_rows(course, student_id):
+    """The rows of the last batch's task_results.csv for ``student_id`` (None: every row)."""
     with (course.root / "task_results.csv").open() as handle:
-        return [row for row in csv.DictReader(handle) if row["student_id"] == student_id]
+        return [row for row in csv.DictReader(handle) if student_id in (None, row["student_id"])]
 
 
 def test_grade_fails_clearly_when_it_cannot_run(cli, tmp_path):

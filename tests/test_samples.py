@@ -27,7 +27,7 @@ def test_reference_is_release_with_the_source_solutions():
     ],
 )
 def test_a_wrong_answer_must_name_real_cells_and_lose_something(monkeypatch, entry, message):
-    monkeypatch.setattr(samples_module, "variants", lambda assignment_id: [("wrong", entry)])
+    monkeypatch.setattr(samples_module, "variants", lambda assignment_id, **where: [("wrong", entry)])
     course = Course(ROOT)
     with pytest.raises(CourseError, match=message):
         samples(course, course.assignment_ids()[0])
@@ -39,10 +39,10 @@ def test_a_valid_alternative_must_keep_every_point(monkeypatch):
     reference = next(s for s in samples(course, assignment_id) if s.student_id == "reference")
     solution = next(c for c in reference.notebook.cells if is_solution(c) and c.cell_type == "code")
     entry = {"name": "same", "cell": solution.metadata["nbgrader"]["grade_id"], "source": solution.source}
-    monkeypatch.setattr(samples_module, "variants", lambda assignment_id: [("valid", entry)])
+    monkeypatch.setattr(samples_module, "variants", lambda assignment_id, **where: [("valid", entry)])
     valid = next(s for s in samples(course, assignment_id) if s.student_id == "valid_same")
     assert valid.expected == reference.expected
-    monkeypatch.setattr(samples_module, "variants", lambda assignment_id: [("valid", {**entry, "loses": ["x"]})])
+    monkeypatch.setattr(samples_module, "variants", lambda assignment_id, **where: [("valid", {**entry, "loses": ["x"]})])
     with pytest.raises(CourseError, match="is a valid alternative but loses"):
         samples(course, assignment_id)
 

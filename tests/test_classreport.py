@@ -1,0 +1,43 @@
+"""The class results (autograder/classreport.py): the summary over submissions, and report before any grading.
+
+tests/test_grading.py grades two batches through the real pipeline and reads the files `grade` writes.
+"""
+
+from autograder.classreport import CellResult, ClassReport
+from autograder.cli import main
+
+
+def cell(student, name, score, *, max_score=2.0, autograded=True, attempted=True, pending=False):
+    label = f"label of {name}"
+    return CellResult("01_tensors", student, name, label, autograded, score, max_score, attempted, pending, 0.0)
+
+
+def test_tasks_are_ranked_by_pass_rate_and_pending_hand_grades_are_listed():
+    report = ClassReport(
+        [
+            cell("ada", "easy", 2.0),
+            cell("bea", "easy", 2.0),
+            cell("ada", "hard", 2.0),
+            cell("bea", "hard", 0.0, attempted=False),
+            cell("ada", "written", 0.0, autograded=False, pending=True),
+            cell("bea", "written", 1.5, autograded=False),
+        ]
+    )
+    tasks = report.tasks()
+    assert [(t.grade_id, t.submissions, t.attempted, t.passed, t.pass_rate, t.mean_score) for t in tasks] == [
+        ("written", 2, 2, 0, 0.0, 0.75),
+        ("hard", 2, 1, 1, 0.5, 1.0),
+        ("easy", 2, 2, 2, 1.0, 2.0),
+    ]
+    assert report.scores() == {"01_tensors": {"ada": 4.0, "bea": 3.5}}
+    assert [(c.student_id, c.grade_id) for c in report.pending()] == [("ada", "written")]
+    summary = report.summary()
+    assert "label of hard" in summary and "1 answer(s) to grade by hand" in summary
+    assert "01_tensors ada: label of written" in summary
+
+
+def test_report_before_any_grading_says_so(course_copy, capsys):
+    assert main(["--course", str(course_copy.root), "report"]) == 2
+    error = capsys.readouterr().err
+    assert "no gradebook.db" in error and "nothing graded yet" in error
+    assert not (course_copy.root / "gradebook.db").exists()
