@@ -179,8 +179,21 @@ class Execute(NbgraderExecute):
         self.log.info("Outputs taken from %s (executed ahead by the batch)", path.name)
         return stored
 
+    breach: str | None = None
+    """After :meth:`preprocess`: how the notebook's kernel breached its isolation (see
+    :attr:`autograder.sandbox.SandboxedKernelManager.breach`), None when it did not. Such an execution is not
+    stored for reuse (:mod:`autograder.batch`)."""
+
+    async def _async_cleanup_kernel(self) -> None:
+        km = self.km
+        await super()._async_cleanup_kernel()
+        self.breach = getattr(km, "breach", None)
+
+    _cleanup_kernel = run_sync(_async_cleanup_kernel)
+
     def reset_execution_trackers(self) -> None:
         super().reset_execution_trackers()
+        self.breach = None
         self._output_bytes: dict[int, int] = {}
         self._cut: set[int] = set()
         self._notebook_bytes = 0

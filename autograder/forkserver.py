@@ -19,6 +19,10 @@ kernel, before it runs anything:
 
 After a kernel ends, the server kills every process left of its user (found
 by any live thread) and empties its own /tmp before it serves the next request.
+It then appends a line to the kernel's clean-up report (:func:`report_path`,
+in the socket's folder): how many processes of the kernel had outlived it.
+A kernel that left one has breached its isolation: its execution is not
+stored for reuse (:attr:`autograder.sandbox.SandboxedKernelManager.breach`).
 
 The server imports but runs no torch operation and starts no thread:
 forking after torch has run a parallel operation hangs the child (GNU
@@ -108,13 +112,20 @@ def serve(path: str) -> None:
         connection, _ = server.accept()
         with connection:
             try:
-                _serve_one(server, connection, kept)
+                _serve_one(server, connection, kept, os.path.dirname(path))
             except Exception as error:  # a kernel command that went away early, say: serve the next one
                 print(f"request failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
 
-def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str]) -> None:
-    """Fork the kernel ``connection`` asks for, watch it, and clean up after it."""
+def report_path(folder: str, uid: int) -> str:
+    """The clean-up report of the kernels of user ``uid``, in the server's socket ``folder``: one JSON line per
+    kernel served, ``{"survivors": N}`` (processes of the kernel found alive after it ended, and killed)."""
+    return os.path.join(folder, f"clean-up-{uid}.jsonl")
+
+
+def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str], folder: str) -> None:
+    """Fork the kernel ``connection`` asks for, watch it, clean up after it, and report the clean-up in
+    ``folder`` (:func:`report_path`)."""
     request = json.loads(connection.makefile("r").readline())
     pid = os.fork()
     if pid == 0:
@@ -127,7 +138,9 @@ def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str])
         os.waitpid(pid, 0)
         raise
     finally:
-        _clean_up(request["uid"], kept)
+        survivors = _clean_up(request["uid"], kept)
+        with open(report_path(folder, request["uid"]), "a") as report:
+            report.write(json.dumps({"survivors": survivors}) + "\n")
     try:
         connection.sendall(json.dumps({"exit": code}).encode() + b"\n")
     except OSError:
@@ -151,13 +164,15 @@ def _watch(connection: socket.socket, pid: int) -> int:
             os.kill(pid, signal.SIGKILL)
 
 
-def _clean_up(uid: int, kept: set[str]) -> None:
+def _clean_up(uid: int, kept: set[str]) -> int:
     """Kill every process of ``uid`` left behind, remove the System V IPC objects of this IPC namespace, and empty
-    /tmp but for ``kept``."""
+    /tmp but for ``kept``; how many processes were left (0: none outlived the kernel)."""
+    survivors: set[int] = set()
     for _ in range(1000):
         left = _processes_of(uid)
         if not left:
             break
+        survivors.update(left)
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -167,6 +182,7 @@ def _clean_up(uid: int, kept: set[str]) -> None:
     if os.path.exists("/usr/bin/ipcrm"):
         subprocess.run(["/usr/bin/ipcrm", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     _empty_tmp(kept)
+    return len(survivors)
 
 
 def _processes_of(uid: int) -> list[int]:

@@ -36,7 +36,10 @@ matplotlib already imported. The kernel gets the same folder (at the same
 path), environment, limits and a user of its own, and the server cleans up
 after it (its processes, /tmp, System V IPC objects) before the next kernel.
 This saves the 2 to 3 CPU seconds that starting Python and importing those
-modules costs every kernel. ``SandboxedKernelManager.fork = False`` turns it
+modules costs every kernel. When a process of a forked kernel outlived it
+(the clean-up had to kill it), or the clean-up is not confirmed, the
+manager's :attr:`~SandboxedKernelManager.breach` says so; a kernel in a
+sandbox of its own leaves nothing (its PID namespace ends with it). ``SandboxedKernelManager.fork = False`` turns it
 off.
 
 The ``bwrap`` run is :func:`bwrap`'s: the one named by ``$AUTOGRADER_BWRAP``
@@ -50,6 +53,7 @@ say the kernels ran without isolation.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import hashlib
 import itertools
@@ -61,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +249,27 @@ class ForkServer:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    CLEAN_UP_SECONDS = 30
+    """How long :meth:`breach` waits for the server's clean-up reports (a clean-up kills survivors for 5 s at most)."""
+
+    async def breach(self, uid: int, kernels: int) -> str | None:
+        """How the ``kernels`` kernels served to user ``uid`` breached their isolation, from the server's clean-up
+        reports (:func:`autograder.forkserver.report_path`, removed here); None when none did.
+
+        A report missing after :attr:`CLEAN_UP_SECONDS` (the server stopped or is stuck) counts as a breach.
+        """
+        path = Path(forkserver.report_path(str(Path(self.socket).parent), uid))
+        deadline = time.monotonic() + self.CLEAN_UP_SECONDS
+        while len(lines := _lines(path)) < kernels and time.monotonic() < deadline and self.alive():
+            await asyncio.sleep(0.02)
+        path.unlink(missing_ok=True)
+        survivors = sum(json.loads(line)["survivors"] for line in lines)
+        if survivors:
+            return f"{survivors} process(es) of the kernel outlived it and were killed by the clean-up"
+        if len(lines) < kernels:
+            return f"the clean-up after {kernels - len(lines)} of {kernels} kernel(s) was not confirmed"
+        return None
+
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
@@ -266,6 +292,14 @@ def _acquire_server(env: dict[str, str]) -> ForkServer:
         atexit.register(_stop_servers)
     _all_servers.append(server)
     return server
+
+
+def _lines(path: Path) -> list[str]:
+    """The complete lines of a file (none when it is missing)."""
+    try:
+        return [line for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
+    except FileNotFoundError:
+        return []
 
 
 def _stop_servers() -> None:
@@ -299,6 +333,9 @@ class SandboxedKernelManager(AsyncKernelManager):
         super().__init__(**kwargs)
         self._scratch: Path | None = None
         self._server: ForkServer | None = None
+        self._forked = 0
+        self.breach: str | None = None
+        """Set when the last kernel ended: how its isolation was breached (None: it was not)."""
 
     async def _async_pre_start_kernel(self, **kw: Any) -> tuple[list[str], dict[str, Any]]:
         if not self.enabled:
@@ -349,6 +386,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         kw["cwd"] = str(self._runtime)
         kernel_cmd, kw = await super()._async_pre_start_kernel(**kw)
         os.chown(self.connection_file, self.uid, self.uid)
+        self._forked += 1
         request = {
             "argv": kernel_cmd[3:],
             "cwd": str(self._inside),
@@ -420,8 +458,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         if not restart and self._server is not None:
             shutil.rmtree(self._work, ignore_errors=True)
             shutil.rmtree(self._runtime, ignore_errors=True)
+            self.breach = await self._server.breach(self.uid, self._forked)
             _idle_servers.append(self._server)
             self._server = None
+            self._forked = 0
 
     cleanup_resources = _async_cleanup_resources
 

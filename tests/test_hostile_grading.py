@@ -18,6 +18,7 @@ import nbformat
 import pytest
 from nbgrader.utils import determine_grade
 
+from autograder import batch
 from autograder.course import (
     HIDDEN_TEST_MARKERS,
     ROOT,
@@ -32,6 +33,7 @@ from autograder.demo import mismatches_of
 from autograder.execute import STORE
 from autograder.feedback import REDACTED
 from autograder.grade import grade
+from autograder.intake import Submission
 from autograder.samples import samples, write_download
 from hostile.malformed_notebooks import MALFORMED
 
@@ -105,6 +107,14 @@ def test_cross_student_attackers_graded_first_harm_nobody_after_them(graded):
     assert wrong == []
 
 
+def test_a_kernel_that_breached_its_isolation_leaves_no_stored_execution(graded):
+    """The attackers' kernels left processes that the clean-up killed: what they executed is not kept for reuse
+    (the batch says so, nbgrader executed them again); honest executions are kept."""
+    course, _ = graded
+    assert [s.student_id for s in ATTACKERS if stored_executions(course, s)] == []
+    assert len(stored_executions(course, REFERENCE)) == 1
+
+
 def test_an_honest_feedback_page_loses_no_output_and_the_reference_full_marks(graded):
     course, results = graded
     assert mismatches_of(results["reference"], REFERENCE) == []
@@ -149,15 +159,20 @@ HIDDEN_LINES = hidden_test_lines()
 
 def stored_execution(course, sample):
     """The notebook the batch executed for ``sample`` (the kernel's outputs, before the verdict)."""
+    executed = stored_executions(course, sample)
+    assert len(executed) == 1
+    return executed[0]
+
+
+def stored_executions(course, sample):
+    """The notebooks stored in ``executed/`` with the answers of ``sample``."""
     answers = solutions(sample.notebook)
-    executed = [
+    return [
         notebook
         for path in sorted((course.root / STORE).glob("*.ipynb"))
         for notebook in [nbformat.read(path, as_version=4)]
         if solutions(notebook) == answers
     ]
-    assert len(executed) == 1
-    return executed[0]
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -230,3 +245,18 @@ def alive(pid: int) -> bool:
     except (OSError, StopIteration):
         return False
     return "Z" not in state.split(":", 1)[1].split()[0]
+
+
+def test_no_cache_executes_an_honest_notebook_again(graded):
+    """The reference's execution is stored by the first run; executed again by the batch with ``no_cache`` (what
+    ``grade --no-cache`` asks), it runs again, its reference records too, and is stored afresh."""
+    course, _ = graded
+    stored = {path: path.stat().st_mtime_ns for path in (course.root / STORE).glob("*.ipynb")}
+    before = stored_executions(course, REFERENCE)
+    submitted = course.root / "submitted" / "reference" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    fresh = batch.execute(
+        course, [Submission("reference", ASSIGNMENT, submitted, "reference")], isolated=True, workers=1, no_cache=True
+    )
+    assert len(before) == 1 and (fresh.executed, fresh.stored, fresh.breached) == (1, 0, [])
+    rewritten = [path for path, mtime in stored.items() if path.stat().st_mtime_ns != mtime]
+    assert len(rewritten) == 1 and len(stored_executions(course, REFERENCE)) == 1

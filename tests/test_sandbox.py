@@ -12,7 +12,7 @@ import sys
 import uuid
 
 import pytest
-from executed_cells import SETUP, SHOW_STATE, enames, printed, run
+from executed_cells import SETUP, SHOW_STATE, enames, printed, run, run_with_executor
 
 from autograder import sandbox
 from autograder.course import ROOT
@@ -196,3 +196,17 @@ def test_each_forked_kernel_has_its_own_network_mounts_and_tmp():
         "print(socket.create_connection(listening.getsockname()).getpeername()[0])"
     )
     assert printed(run(SETUP, look)[1]) == "2\nFalse\n127.0.0.1\n"
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_a_forked_kernel_that_left_a_process_is_reported_breached_and_an_honest_one_is_not():
+    """The server's clean-up reports the processes it had to kill; the executor says the kernel breached its
+    isolation (the batch then stores nothing of it), counting the processes of every kernel of the notebook (a
+    restart replays the cell that left one)."""
+    leave = "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)"
+    _, honest = run_with_executor(SETUP, SHOW_STATE)
+    _, left = run_with_executor(SETUP, leave, SHOW_STATE)
+    _, left_then_died = run_with_executor(SETUP, leave, "os._exit(1)", SHOW_STATE)
+    assert honest.breach is None
+    assert left.breach == "1 process(es) of the kernel outlived it and were killed by the clean-up"
+    assert left_then_died.breach.startswith("2 process(es)")  # one per kernel: the replay after the restart left one
