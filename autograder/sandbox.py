@@ -69,6 +69,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import zmq
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Bool, Integer, default
 
@@ -324,6 +325,11 @@ class SandboxedKernelManager(AsyncKernelManager):
     processes = Integer(512, help="RLIMIT_NPROC: processes and threads of the kernel's user.").tag(config=True)
     file_size_bytes = Integer(64 * 2**20, help="RLIMIT_FSIZE: the largest file the kernel may write.").tag(config=True)
     open_files = Integer(1024, help="RLIMIT_NOFILE: open file descriptors.").tag(config=True)
+    max_message_bytes = Integer(
+        16 * 2**20,
+        help="The largest message part the grader receives from the kernel, in bytes (ZeroMQ's MAXMSGSIZE on the "
+        "client's sockets): a larger one is dropped unread, and its sender disconnected (it reconnects).",
+    ).tag(config=True)
 
     @default("uid")
     def _uid_default(self) -> int:
@@ -336,6 +342,13 @@ class SandboxedKernelManager(AsyncKernelManager):
         self._forked = 0
         self.breach: str | None = None
         """Set when the last kernel ended: how its isolation was breached (None: it was not)."""
+
+    def client(self, **kwargs: Any) -> Any:
+        """jupyter_client's kernel client, whose sockets refuse messages over :attr:`max_message_bytes` (ZeroMQ
+        checks a message's announced size before it reads it: such a message never takes the grader's memory)."""
+        client = super().client(**kwargs)
+        client.context.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        return client
 
     async def _async_pre_start_kernel(self, **kw: Any) -> tuple[list[str], dict[str, Any]]:
         if not self.enabled:

@@ -16,7 +16,7 @@ from executed_cells import SETUP, SHOW_STATE, enames, printed, run, run_with_exe
 
 from autograder import sandbox
 from autograder.course import ROOT
-from autograder.execute import Execute
+from autograder.execute import DROPPED, Execute
 
 PROBLEM = sandbox.problem()
 FORKS = os.geteuid() == 0
@@ -210,3 +210,34 @@ def test_a_forked_kernel_that_left_a_process_is_reported_breached_and_an_honest_
     assert honest.breach is None
     assert left.breach == "1 process(es) of the kernel outlived it and were killed by the clean-up"
     assert left_then_died.breach.startswith("2 process(es)")  # one per kernel: the replay after the restart left one
+
+
+SEND = (
+    "from IPython import get_ipython\n"
+    "kernel = get_ipython().kernel\n"
+    "def send(kind, content):\n"
+    "    kernel.session.send(kernel.iopub_socket, kind, content, parent=kernel.get_parent('shell'))\n"
+)
+"""A cell's helper that sends raw IOPub messages as the current cell's outputs (what a kernel can always do)."""
+
+
+def test_every_output_type_counts_against_the_limits_and_a_message_over_the_size_limit_is_never_kept():
+    """A hundred 2 MB errors keep one cell's limit (and the cell shows its error); a display whose id is shown
+    a hundred times, then updated with 1 MB, is not multiplied; a 64 MiB display (over the 16 MiB message limit)
+    is dropped unread, the cell saying why; the kernel and its state go on."""
+    cell_limit = Execute.max_output_bytes.default_value
+    errors = SEND + (
+        "for _ in range(100):\n"
+        "    send('error', {'ename': 'Flood', 'evalue': 'v' * 2_000_000, 'traceback': ['t' * 10_000] * 200})"
+    )
+    shown = "from IPython.display import display\nfor _ in range(100):\n    display('small', display_id='same')"
+    update = "display('u' * 2**20, display_id='same', update=True)"
+    huge = SEND + "send('display_data', {'data': {'text/plain': 'x' * (64 * 2**20)}, 'metadata': {}})"
+    cells = run(SETUP, errors, SHOW_STATE, shown, update, huge, SHOW_STATE, timeout=30)
+    _, flooded, after_flood, displays, _, dropped, after_drop = cells
+    assert len(str(flooded.outputs)) < cell_limit * 1.01 and enames(flooded) == ["Flood"]
+    assert "output past the grader's limit dropped" in printed(flooded)
+    assert len(str(displays.outputs)) < cell_limit * 1.01 and "small" in str(displays.outputs)
+    assert enames(dropped) == ["CellTimeoutError"] and dropped.outputs[-1].evalue == DROPPED
+    assert len(str(dropped.outputs)) < 2000
+    assert printed(after_flood) == printed(after_drop) == "kept\n"
