@@ -8,8 +8,9 @@ server pays that once: it runs in a bubblewrap sandbox like a kernel's
 kernel, before it runs anything:
 
 - starts a new session, in network and mount namespaces of its own with a
-  fresh tmpfs on /tmp (its HOME; :func:`_own_namespaces`), moves into its
-  folder and takes the environment it was sent;
+  fresh tmpfs on /tmp (its HOME; :func:`_own_namespaces`) and another over
+  its working folder, bounded in bytes and in files (:func:`_own_work_folder`),
+  moves into its folder and takes the environment it was sent;
 - sets its resource limits (``setrlimit``: CPU, data segment, processes,
   file size, open files, core), then drops to its own unprivileged user
   (``setresgid``/``setresuid``; the capabilities go with root);
@@ -17,7 +18,11 @@ kernel, before it runs anything:
 - runs ``ipykernel``'s ``IPKernelApp`` with the arguments jupyter_client
   gave.
 
-After a kernel ends, the server kills every process left of its user (found
+While a kernel runs, the server watches the memory its processes hold
+(:func:`memory_of`, every :data:`MEMORY_INTERVAL` seconds: what ``RLIMIT_DATA``
+misses, shared memory and memory files, counted too) and kills them all past
+the request's ``memory`` bytes. After a kernel ends, the server kills every
+process left of its user (found
 by any live thread) and empties its own /tmp before it serves the next request.
 It then appends a line to the kernel's clean-up report (:func:`report_path`,
 in the socket's folder): how many processes of the kernel had outlived it.
@@ -37,7 +42,8 @@ preloaded modules, in two roles:
 - ``forkserver.py serve SOCKET``: the server, inside the sandbox;
 - ``forkserver.py kernel SOCKET REQUEST``: the kernel command jupyter_client
   starts (outside). It sends REQUEST (JSON: ``argv``, ``cwd``, ``env``,
-  ``uid``, ``limits``) and then lives exactly as long as the kernel, exiting
+  ``uid``, ``limits``, ``memory``, ``work``: ``size`` and ``files`` of the
+  working folder) and then lives exactly as long as the kernel, exiting
   with its exit code; when it is killed, the server kills the kernel. So
   jupyter_client manages it like any kernel process.
 
@@ -132,7 +138,7 @@ def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str],
         server.close()
         _kernel(connection, request)
     try:
-        code = _watch(connection, pid)
+        code = _watch(connection, pid, request["uid"], request["memory"])
     except BaseException:
         os.kill(pid, signal.SIGKILL)  # it may not have become its user yet, which the clean-up looks for
         os.waitpid(pid, 0)
@@ -147,13 +153,27 @@ def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str],
         pass  # the kernel command was killed: nobody waits for the code
 
 
-def _watch(connection: socket.socket, pid: int) -> int:
-    """Wait for the kernel ``pid`` to end (SIGKILL it when ``connection`` closes); its exit code."""
+MEMORY_INTERVAL = 0.1
+"""Seconds between two readings of a kernel's memory (:func:`memory_of`)."""
+
+
+def _watch(connection: socket.socket, pid: int, uid: int, memory: int) -> int:
+    """Wait for the kernel ``pid`` to end (SIGKILL it when ``connection`` closes); its exit code. Every
+    :data:`MEMORY_INTERVAL` seconds, when the processes of ``uid`` hold more than ``memory`` bytes
+    (:func:`memory_of`), SIGKILL them all: the kernel dies as if out of memory."""
     connection.settimeout(0.05)
+    measured = time.monotonic()
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return os.waitstatus_to_exitcode(status)
+        if time.monotonic() - measured > MEMORY_INTERVAL:
+            measured = time.monotonic()
+            used = memory_of(uid)
+            if used > memory:
+                print(f"kernel of {uid} killed: {used} bytes of memory, over {memory}", file=sys.stderr, flush=True)
+                for process in _processes_of(uid):
+                    _kill(process)
         try:
             closed = connection.recv(1) == b""
         except TimeoutError:
@@ -174,15 +194,45 @@ def _clean_up(uid: int, kept: set[str]) -> int:
             break
         survivors.update(left)
         for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill(pid)
         time.sleep(0.005)
     if os.path.exists("/usr/bin/ipcrm"):
         subprocess.run(["/usr/bin/ipcrm", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     _empty_tmp(kept)
     return len(survivors)
+
+
+def memory_of(uid: int) -> int:
+    """Bytes of memory the processes of ``uid`` hold, from /proc: each one's private and shared resident pages
+    (``RssAnon``, ``RssShmem``: shared anonymous ``mmap`` included, which ``RLIMIT_DATA`` does not count), the
+    memory files (``memfd_create``) they hold open, and the System V shared memory segments of ``uid`` (attached
+    or not). A page two of them share counts twice (an overcount, never an undercount)."""
+    total, memory_files = 0, {}
+    for pid in _processes_of(uid):
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+            total += 1024 * sum(int(fields.get(name, "0 kB").split()[0]) for name in ("RssAnon", "RssShmem"))
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                    found = os.stat(f"/proc/{pid}/fd/{fd}")
+                    memory_files[(found.st_dev, found.st_ino)] = found.st_blocks * 512
+        except OSError:
+            continue  # gone meanwhile
+    with open("/proc/sysvipc/shm") as segments:
+        header = next(segments).split()
+        for line in segments:
+            segment = dict(zip(header, line.split()))
+            if int(segment["uid"]) == uid:
+                total += int(segment["rss"])
+    return total + sum(memory_files.values())
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _processes_of(uid: int) -> list[int]:
@@ -269,6 +319,29 @@ def _own_namespaces() -> None:
         fcntl.ioctl(control, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
 
 
+def _own_work_folder(folder: str, uid: int, size: int, files: int) -> None:
+    """In the forked child, in its own mount namespace, still root: mount a tmpfs of ``size`` bytes and ``files``
+    inodes over the kernel's working ``folder``, holding a copy of what was there (the user ``uid``'s).
+
+    So what the kernel writes there is bounded in bytes and in files (a tmpfs's inode count cannot be set through
+    bwrap), and it vanishes with the kernel's mount namespace.
+
+    Raises:
+        OSError: the mount fails, or the folder's files do not fit.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    original = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+    options = f"size={size},nr_inodes={files},mode=0700,uid={uid},gid={uid}".encode()
+    if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"mount the work folder: {os.strerror(number)}")
+    shutil.copytree(f"/proc/self/fd/{original}", folder, symlinks=True, dirs_exist_ok=True)
+    os.close(original)
+    for parent, folders, names in os.walk(folder):
+        for name in [*folders, *names]:
+            os.lchown(os.path.join(parent, name), uid, uid)
+
+
 def _kernel(connection: socket.socket, request: dict) -> None:
     """In the forked child: become the kernel the request describes. Never returns."""
     try:
@@ -280,6 +353,7 @@ def _kernel(connection: socket.socket, request: dict) -> None:
 
         os.setsid()
         _own_namespaces()
+        _own_work_folder(request["cwd"], request["uid"], **request["work"])
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)

@@ -321,10 +321,23 @@ class SandboxedKernelManager(AsyncKernelManager):
     ).tag(config=True)
     uid = Integer(help="User id the kernel runs as (root only; default: a fresh one per kernel, see _default_uid).")
     cpu_seconds = Integer(600, help="RLIMIT_CPU: CPU seconds for the whole kernel (all cells).").tag(config=True)
-    memory_bytes = Integer(6 * 2**30, help="RLIMIT_DATA per process of the kernel, in bytes.").tag(config=True)
+    memory_bytes = Integer(
+        6 * 2**30,
+        help="RLIMIT_DATA per process of the kernel, in bytes; a forked kernel's processes together are killed "
+        "when they hold more (resident, shared and memory-file pages: autograder.forkserver.memory_of).",
+    ).tag(config=True)
     processes = Integer(512, help="RLIMIT_NPROC: processes and threads of the kernel's user.").tag(config=True)
     file_size_bytes = Integer(64 * 2**20, help="RLIMIT_FSIZE: the largest file the kernel may write.").tag(config=True)
     open_files = Integer(1024, help="RLIMIT_NOFILE: open file descriptors.").tag(config=True)
+    work_bytes = Integer(
+        512 * 2**20,
+        help="Size of the kernel's working folder (a memory-backed tmpfs holding a copy of its files), in bytes.",
+    ).tag(config=True)
+    work_files = Integer(
+        10_000,
+        help="Files and folders the kernel's working folder may hold (the tmpfs's inodes; forked kernels only: "
+        "bwrap sets no inode count, a kernel in a sandbox of its own has the tmpfs default, half the memory's pages).",
+    ).tag(config=True)
     max_message_bytes = Integer(
         16 * 2**20,
         help="The largest message part the grader receives from the kernel, in bytes (ZeroMQ's MAXMSGSIZE on the "
@@ -406,6 +419,8 @@ class SandboxedKernelManager(AsyncKernelManager):
             "env": {**env, "JPY_PARENT_PID": "1"},
             "uid": self.uid,
             "limits": self._limits(),
+            "memory": self.memory_bytes,
+            "work": {"size": self.work_bytes, "files": self.work_files},
         }
         return [sys.executable, "-I", "-S", FORK_SERVER, "kernel", self._server.socket, json.dumps(request)], kw
 
@@ -442,12 +457,14 @@ class SandboxedKernelManager(AsyncKernelManager):
         return [
             executable,
             *_namespace_args(),
-            *_filesystem_args(self._work, self._inside),
+            *_filesystem_args(self._work, self._inside, size=self.work_bytes),
             *_parents(str(self._runtime)),
             "--bind",
             str(self._runtime),
             str(self._runtime),
             *_user_args(self.uid),
+            *COPY_IN,
+            str(STAGING / self._inside.name),
             "prlimit",
             *limits,
             "--",
@@ -494,8 +511,19 @@ def _namespace_args() -> list[str]:
     ]
 
 
-def _filesystem_args(work: Path, inside: Path) -> list[str]:
-    """Read-only system folders and Python, a private /tmp, /proc and /dev, ``work`` bound read-write at ``inside``."""
+STAGING = Path("/home/.copied")
+"""Where a kernel in a sandbox of its own sees its folder's original files (read-only), copied into its working
+folder (a tmpfs) before it starts (:data:`COPY_IN`)."""
+
+COPY_IN = ["sh", "-c", 'cp -R "$0"/. . && exec "$@"']
+"""The command, run as the kernel's user before the kernel, that copies the folder at ``$0`` into the working
+directory and runs the rest of the command line."""
+
+
+def _filesystem_args(work: Path, inside: Path, size: int | None = None) -> list[str]:
+    """Read-only system folders and Python, a private /tmp, /proc and /dev, ``work`` bound read-write at ``inside``;
+    with ``size``, ``work`` is bound read-only at ``STAGING/<inside's name>`` and ``inside`` is a tmpfs of
+    ``size`` bytes instead, for :data:`COPY_IN` to fill."""
     args: list[str] = []
     for folder in SYSTEM_DIRS:
         if os.path.islink(folder):
@@ -510,8 +538,11 @@ def _filesystem_args(work: Path, inside: Path) -> list[str]:
         args += [*_parents(folder), "--ro-bind", folder, folder]
     for device in sorted(Path("/dev").glob("nvidia*")):  # CUDA, when the host has it
         args += ["--dev-bind", str(device), str(device)]
-    args += [*_parents(str(inside)), "--bind", str(work), str(inside), "--chdir", str(inside)]
-    return args
+    if size is None:
+        return [*args, *_parents(str(inside)), "--bind", str(work), str(inside), "--chdir", str(inside)]
+    staging = str(STAGING / inside.name)
+    args += [*_parents(staging), "--ro-bind", str(work), staging, *_parents(str(inside))]
+    return [*args, "--perms", "0777", "--size", str(size), "--tmpfs", str(inside), "--chdir", str(inside)]
 
 
 def _parents(path: str) -> list[str]:

@@ -27,10 +27,12 @@ def run_with_executor(
     tests: frozenset[int] = frozenset(),
     timeout: int = 2,
     fork: bool = True,
+    sandbox: dict | None = None,
 ) -> tuple[list[nbformat.NotebookNode], Execute]:
     """Execute one code cell per source (and a markdown cell first) with a ``timeout`` per cell (default 2 s).
 
-    Returns the cells after execution, and the executor (its ``breach``, say).
+    Returns the cells after execution, and the executor (its ``breach``, say). ``sandbox``: more settings of
+    the ``SandboxedKernelManager`` (its limits, say).
 
     The kernel starts in the sandbox, in a copy of ``folder`` (default: an empty one). Sources whose
     index is in ``tests`` become nbgrader autograder-tests cells.
@@ -45,7 +47,7 @@ def run_with_executor(
         shutdown_kernel="immediate",
         max_restarts=max_restarts,
         notebook_timeout=notebook_timeout,
-        config=Config({"SandboxedKernelManager": {"fork": fork}}),
+        config=Config({"SandboxedKernelManager": {"fork": fork, **(sandbox or {})}}),
     )
     with tempfile.TemporaryDirectory() as empty:
         executed, _ = executor.preprocess(notebook, {"metadata": {"path": str(folder or empty)}})

@@ -241,3 +241,52 @@ def test_every_output_type_counts_against_the_limits_and_a_message_over_the_size
     assert enames(dropped) == ["CellTimeoutError"] and dropped.outputs[-1].evalue == DROPPED
     assert len(str(dropped.outputs)) < 2000
     assert printed(after_flood) == printed(after_drop) == "kept\n"
+
+
+def test_a_kernels_working_folder_is_bounded_in_bytes_and_forked_in_files(tmp_path, fork):
+    """Its folder is a tmpfs of its own (here 32 MiB and, forked, 100 files), holding a copy of the folder's files:
+    files that fit no more (each under the file-size limit) and, forked, one file too many fail; the kernel goes on.
+    In a sandbox of its own, bwrap sets no inode count: the tmpfs default applies (README, "Limits")."""
+    (tmp_path / "checks.py").write_text("HELPER = 'copied'\n")
+    limits = {"work_bytes": 32 * 2**20, "work_files": 100}
+    setup, listing, big, many, state = run(
+        SETUP,
+        "print(sorted(os.listdir('.')), os.stat('checks.py').st_uid == os.getuid())\n"
+        "import checks\nprint(checks.HELPER)",
+        "for number in range(8):\n    open(f'big{number}.bin', 'wb').write(bytes(8 * 2**20))",
+        "for number in range(200):\n    open(f'small{number}.txt', 'w').close()",
+        SHOW_STATE,
+        folder=tmp_path,
+        fork=fork,
+        sandbox=limits,
+    )
+    assert printed(listing) == "['checks.py'] True\ncopied\n"
+    assert enames(big) == ["OSError"] and "No space left on device" in str(big.outputs)
+    assert enames(many) == (["OSError"] if fork else [])
+    assert "No space left on device" in str(many.outputs) or not fork
+    assert printed(state) == "kept\n"
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_memory_that_rlimit_data_misses_kills_a_forked_kernel_past_its_limit():
+    """Shared anonymous mmap, memory files and System V shared memory (none of them counted by RLIMIT_DATA), each
+    2 GiB written by a kernel limited to 1.5 GiB: the fork server kills the kernel, the cell says it died, the
+    kernel comes back with its state."""
+    shared = (
+        "import mmap\nblock = mmap.mmap(-1, 2 * 2**30)\n"
+        "for start in range(0, 2 * 2**30, 2**24):\n    block[start:start + 2**24] = bytes(2**24)"
+    )
+    files = "kept = [os.memfd_create(str(n)) for n in range(40)]\nfor fd in kept:\n    os.write(fd, bytes(50 * 2**20))"
+    sysv = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.shmat.restype = ctypes.c_void_p\n"
+        "for _ in range(8):\n"
+        "    segment = libc.shmget(0, 2**28, 0o1600)\n"  # IPC_PRIVATE, IPC_CREAT | 0600
+        "    address = libc.shmat(segment, None, 0)\n"
+        "    ctypes.memset(address, 1, 2**28)\n"
+        "    libc.shmdt(ctypes.c_void_p(address))"
+    )
+    limit = {"memory_bytes": 3 * 2**29}
+    cells = run(SETUP, shared, SHOW_STATE, files, SHOW_STATE, sysv, SHOW_STATE, timeout=60, sandbox=limit)
+    assert [enames(cell) for cell in cells[1::2]] == [["DeadKernelError"]] * 3
+    assert [printed(cell) for cell in cells[2::2]] == ["kept\n"] * 3
