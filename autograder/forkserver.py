@@ -8,9 +8,10 @@ server pays that once: it runs in a bubblewrap sandbox like a kernel's
 kernel, before it runs anything:
 
 - starts a new session, in network and mount namespaces of its own with a
-  fresh tmpfs on /tmp (its HOME; :func:`_own_namespaces`) and another over
-  its working folder, bounded in bytes and in files (:func:`_own_work_folder`),
-  moves into its folder and takes the environment it was sent;
+  fresh tmpfs on /tmp (its HOME; :func:`_own_namespaces`), its working
+  folder a tmpfs bounded in bytes and in files that the server mounted for
+  the notebook (:func:`_work_folder`), moves into its folder and takes the
+  environment it was sent;
 - sets its resource limits (``setrlimit``: CPU, data segment, processes,
   file size, open files, core), then drops to its own unprivileged user
   (``setresgid``/``setresuid``; the capabilities go with root);
@@ -43,7 +44,7 @@ preloaded modules, in two roles:
 - ``forkserver.py kernel SOCKET REQUEST``: the kernel command jupyter_client
   starts (outside). It sends REQUEST (JSON: ``argv``, ``cwd``, ``env``,
   ``uid``, ``limits``, ``memory``, ``work``: ``size`` and ``files`` of the
-  working folder) and then lives exactly as long as the kernel, exiting
+  working folder, ``fresh`` for a notebook's first kernel) and then lives exactly as long as the kernel, exiting
   with its exit code; when it is killed, the server kills the kernel. So
   jupyter_client manages it like any kernel process.
 
@@ -133,6 +134,9 @@ def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str],
     """Fork the kernel ``connection`` asks for, watch it, clean up after it, and report the clean-up in
     ``folder`` (:func:`report_path`)."""
     request = json.loads(connection.makefile("r").readline())
+    work = request["work"]
+    if work["fresh"]:
+        _work_folder(request["cwd"], request["uid"], work["size"], work["files"])
     pid = os.fork()
     if pid == 0:
         server.close()
@@ -203,21 +207,22 @@ def _clean_up(uid: int, kept: set[str]) -> int:
 
 
 def memory_of(uid: int) -> int:
-    """Bytes of memory the processes of ``uid`` hold, from /proc: each one's private and shared resident pages
-    (``RssAnon``, ``RssShmem``: shared anonymous ``mmap`` included, which ``RLIMIT_DATA`` does not count), the
-    memory files (``memfd_create``) they hold open, and the System V shared memory segments of ``uid`` (attached
-    or not). A page two of them share counts twice (an overcount, never an undercount)."""
+    """Bytes of memory the processes of ``uid`` hold, from /proc: their proportional share of private and shared
+    resident pages (``Pss_Anon``, ``Pss_Shmem`` of ``smaps_rollup``: shared anonymous ``mmap`` included, which
+    ``RLIMIT_DATA`` does not count; pages a fork shares with its parent counted once), the memory files
+    (``memfd_create``) they hold open, and the System V shared memory segments of ``uid`` (attached or not).
+    A page both mapped and in a memory file or segment counts twice (an overcount, never an undercount)."""
     total, memory_files = 0, {}
     for pid in _processes_of(uid):
         try:
-            with open(f"/proc/{pid}/status") as status:
-                fields = dict(line.split(":", 1) for line in status if ":" in line)
-            total += 1024 * sum(int(fields.get(name, "0 kB").split()[0]) for name in ("RssAnon", "RssShmem"))
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                fields = dict(line.split(":", 1) for line in rollup if ":" in line)
+            total += 1024 * sum(int(fields.get(name, "0 kB").split()[0]) for name in ("Pss_Anon", "Pss_Shmem"))
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
                     found = os.stat(f"/proc/{pid}/fd/{fd}")
                     memory_files[(found.st_dev, found.st_ino)] = found.st_blocks * 512
-        except OSError:
+        except (OSError, ValueError):
             continue  # gone meanwhile
     with open("/proc/sysvipc/shm") as segments:
         header = next(segments).split()
@@ -319,24 +324,37 @@ def _own_namespaces() -> None:
         fcntl.ioctl(control, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
 
 
-def _own_work_folder(folder: str, uid: int, size: int, files: int) -> None:
-    """In the forked child, in its own mount namespace, still root: mount a tmpfs of ``size`` bytes and ``files``
-    inodes over the kernel's working ``folder``, holding a copy of what was there (the user ``uid``'s).
+_work_folders: list[str] = []
+"""The working folders the server has mounted (the latest notebook's; :func:`_work_folder`)."""
 
-    So what the kernel writes there is bounded in bytes and in files (a tmpfs's inode count cannot be set through
-    bwrap), and it vanishes with the kernel's mount namespace.
+MNT_DETACH = 0x2
+
+
+def _work_folder(folder: str, uid: int, size: int, files: int) -> None:
+    """In the server, for a notebook's first kernel: detach the working folders mounted for earlier notebooks, then
+    mount a tmpfs of ``size`` bytes and ``files`` inodes over ``folder``, holding a copy of what the grader put
+    there (the user ``uid``'s). Each kernel's mount namespace starts as a copy of the server's, so the kernels of
+    one notebook (a restart) share that tmpfs and what they wrote there; the next notebook gets a fresh one.
+
+    So what a kernel writes in its folder is bounded in bytes and in files (a tmpfs's inode count cannot be set
+    through bwrap).
 
     Raises:
-        OSError: the mount fails, or the folder's files do not fit.
+        OSError: a mount fails, or the folder's files do not fit.
     """
     libc = ctypes.CDLL(None, use_errno=True)
+    while _work_folders:
+        libc.umount2(_work_folders.pop().encode(), MNT_DETACH)
     original = os.open(folder, os.O_PATH | os.O_DIRECTORY)
-    options = f"size={size},nr_inodes={files},mode=0700,uid={uid},gid={uid}".encode()
-    if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, f"mount the work folder: {os.strerror(number)}")
-    shutil.copytree(f"/proc/self/fd/{original}", folder, symlinks=True, dirs_exist_ok=True)
-    os.close(original)
+    try:
+        options = f"size={size},nr_inodes={files},mode=0700,uid={uid},gid={uid}".encode()
+        if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, f"mount the work folder: {os.strerror(number)}")
+        _work_folders.append(folder)
+        shutil.copytree(f"/proc/self/fd/{original}", folder, symlinks=True, dirs_exist_ok=True)
+    finally:
+        os.close(original)
     for parent, folders, names in os.walk(folder):
         for name in [*folders, *names]:
             os.lchown(os.path.join(parent, name), uid, uid)
@@ -353,7 +371,6 @@ def _kernel(connection: socket.socket, request: dict) -> None:
 
         os.setsid()
         _own_namespaces()
-        _own_work_folder(request["cwd"], request["uid"], **request["work"])
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)

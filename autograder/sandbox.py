@@ -402,7 +402,8 @@ class SandboxedKernelManager(AsyncKernelManager):
     async def _forked_start(self, **kw: Any) -> tuple[list[str], dict[str, Any]]:
         """The kernel command of a forked kernel (:func:`autograder.forkserver.kernel`), folders set up."""
         env = self._kernel_env(kw.get("env") or os.environ)
-        if self._server is None:  # first start; a restart keeps the server, the folders and what the kernel wrote
+        fresh = self._server is None
+        if fresh:  # first start; a restart keeps the server, the folders and what the kernel wrote
             self._server = _acquire_server(env)
             origin = Path(kw.get("cwd") or os.getcwd())
             shutil.rmtree(self._server.home / origin.name, ignore_errors=True)
@@ -420,7 +421,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             "uid": self.uid,
             "limits": self._limits(),
             "memory": self.memory_bytes,
-            "work": {"size": self.work_bytes, "files": self.work_files},
+            "work": {"size": self.work_bytes, "files": self.work_files, "fresh": fresh},
         }
         return [sys.executable, "-I", "-S", FORK_SERVER, "kernel", self._server.socket, json.dumps(request)], kw
 

@@ -290,3 +290,15 @@ def test_memory_that_rlimit_data_misses_kills_a_forked_kernel_past_its_limit():
     cells = run(SETUP, shared, SHOW_STATE, files, SHOW_STATE, sysv, SHOW_STATE, timeout=60, sandbox=limit)
     assert [enames(cell) for cell in cells[1::2]] == [["DeadKernelError"]] * 3
     assert [printed(cell) for cell in cells[2::2]] == ["kept\n"] * 3
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_a_restarted_kernel_keeps_its_working_folder_and_the_next_notebook_gets_a_fresh_one(tmp_path):
+    """The server mounts a notebook's working folder once: a restart finds what the kernel wrote there, the next
+    notebook run in a folder of the same name (the next student's) finds only its own files."""
+    (tmp_path / "checks.py").write_text("HELPER = 'copied'\n")
+    write = "open('written.txt', 'w').write('by the first notebook')"
+    after_restart = run(SETUP, write, "os._exit(1)", "print(sorted(os.listdir('.')))", folder=tmp_path)[-1]
+    next_notebook = run(SETUP, "print(sorted(os.listdir('.')))", folder=tmp_path)[-1]
+    assert printed(after_restart) == "['checks.py', 'written.txt']\n"
+    assert printed(next_notebook) == "['checks.py']\n"
