@@ -1,6 +1,8 @@
 """Hostile submissions of 01_tensors graded together through the real pipeline (one module-scoped run):
 self-scorers earn exactly what the verdict gives, malformed files are each one student's invalid notebook,
-leaks of the hidden tests reach no feedback page, students' markup reaches it only as text.
+leaks of the hidden tests reach no feedback page, students' markup reaches it only as text, output floods keep
+within the output limits and the grader's processes within the memory bound README states, and an execution
+whose kernel breached its isolation is not stored for reuse.
 
 The stored executions (``executed/``, the kernel's outputs before the verdict) show that each trick works
 on stock nbgrader: scored by ``determine_grade`` as they came from the kernel, they earn points they must not.
@@ -30,11 +32,12 @@ from autograder.course import (
     read_notebook,
 )
 from autograder.demo import mismatches_of
-from autograder.execute import STORE
+from autograder.execute import STORE, Execute
 from autograder.feedback import REDACTED
 from autograder.grade import grade
 from autograder.intake import Submission
 from autograder.samples import samples, write_download
+from grader_memory import PeakMemory
 from hostile.malformed_notebooks import MALFORMED
 
 ASSIGNMENT = "01_tensors"
@@ -43,6 +46,7 @@ REFERENCE = next(s for s in ALL if s.student_id == "reference")
 SCORED = [s for s in ALL if s.student_id.startswith("scored_")]
 LEAKS = [s for s in ALL if s.student_id.startswith("leaks_")]
 INJECTORS = [s for s in ALL if s.student_id.startswith("html_")]
+FLOODS = [s for s in ALL if s.student_id.startswith("floods_")]
 ATTACKERS = [s for s in ALL if s.student_id.startswith("cross_")]
 """Graded first (student ids sort first, one worker), before every other sample of the run."""
 FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_bytes"]
@@ -50,17 +54,25 @@ FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def grading_run(tmp_path_factory):
+    """The course, the results by student id, and the peak memory of the grader's processes."""
     scratch = tmp_path_factory.mktemp("hostile")
     course = copy_course(Course(ROOT), scratch / "course")
-    download = write_download([REFERENCE, *SCORED, *LEAKS, *INJECTORS, *ATTACKERS], scratch / "download")
+    download = write_download([REFERENCE, *SCORED, *LEAKS, *INJECTORS, *ATTACKERS, *FLOODS], scratch / "download")
     release = nbformat.read(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     for name in FILES:
         path = download / f"malformed_{name}" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
         path.parent.mkdir(parents=True)
         path.write_bytes(MALFORMED[name](release))
-    grading = grade(course, download, workers=1)
-    return course, {result.student_id: result for result in grading.results}
+    with PeakMemory() as memory:
+        grading = grade(course, download, workers=1)
+    return course, {result.student_id: result for result in grading.results}, memory
+
+
+@pytest.fixture(scope="module")
+def graded(grading_run):
+    course, results, _ = grading_run
+    return course, results
 
 
 def test_there_are_self_scorers():
@@ -102,9 +114,42 @@ def test_a_leak_of_the_hidden_tests_reaches_no_feedback_page(graded, sample):
 def test_cross_student_attackers_graded_first_harm_nobody_after_them(graded):
     _, results = graded
     assert ATTACKERS and min(results) == ATTACKERS[0].student_id  # the first graded by the one worker
-    wrong = [line for sample in [*ATTACKERS, REFERENCE, *SCORED, *LEAKS, *INJECTORS]
+    wrong = [line for sample in [*ATTACKERS, REFERENCE, *SCORED, *LEAKS, *INJECTORS, *FLOODS]
              for line in mismatches_of(results[sample.student_id], sample)]
     assert wrong == []
+
+
+@pytest.mark.parametrize("sample", FLOODS, ids=[s.student_id for s in FLOODS])
+def test_an_output_flood_loses_its_cells_and_stays_within_the_output_limits(graded, sample):
+    course, results = graded
+    assert mismatches_of(results[sample.student_id], sample) == []
+    stored = course.root / "autograded" / sample.student_id / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    page = course.root / "feedback" / sample.student_id / ASSIGNMENT / f"{ASSIGNMENT}.html"
+    cells = autograded_cell_count()
+    limit = Execute.max_notebook_output_bytes.default_value + cells * Execute.max_output_bytes.default_value
+    sizes = {"autograded": stored.stat().st_size, "feedback": page.stat().st_size}
+    assert max(sizes.values()) < limit + REFERENCE_NOTEBOOK_BYTES, sizes
+
+
+def test_the_graders_own_memory_stays_under_its_bound_whatever_the_kernels_send(grading_run):
+    """README, "Limits": each process of the grader stays under GRADER_MEMORY_BOUND; measured (VmHWM of every
+    grading process, polled) over the whole run, output floods included."""
+    _, _, memory = grading_run
+    command, peak = memory.largest
+    print(f"largest peak of a grading process: {peak / 2**20:.0f} MiB ({command})")
+    assert 0 < peak < GRADER_MEMORY_BOUND, f"{peak / 2**20:.0f} MiB: {command}"
+
+
+GRADER_MEMORY_BOUND = 1 * 2**30
+"""The bound README states for each grading process."""
+REFERENCE_NOTEBOOK_BYTES = 2 * 2**20
+"""Room for what a notebook holds besides its outputs (cells, metadata) and feedback's page around them."""
+
+
+def autograded_cell_count():
+    """How many autograded test cells the release has (each has its own output limit)."""
+    release = read_notebook(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    return sum(is_autograder_tests(cell) for cell in release.cells)
 
 
 def test_a_kernel_that_breached_its_isolation_leaves_no_stored_execution(graded):
@@ -180,7 +225,7 @@ def test_a_malformed_file_is_one_invalid_notebook_and_the_batch_is_graded(graded
     _, results = graded
     result = results[f"malformed_{name}"]
     assert result.status == "invalid notebook" and result.score == 0 and result.tasks
-    assert len(results) == 1 + len(SCORED) + len(LEAKS) + len(INJECTORS) + len(ATTACKERS) + len(FILES)
+    assert len(results) == 1 + len(SCORED) + len(LEAKS) + len(INJECTORS) + len(ATTACKERS) + len(FLOODS) + len(FILES)
 
 
 def solutions(notebook):
