@@ -207,13 +207,26 @@ def _clean_up(uid: int, kept: set[str]) -> int:
 
 
 def memory_of(uid: int) -> int:
-    """Bytes of memory the processes of ``uid`` hold, from /proc: their proportional share of private and shared
+    """Bytes of memory the processes of ``uid`` hold (:func:`memory_of_processes`), and the System V shared memory
+    segments of ``uid`` in this IPC namespace (attached or not)."""
+    total = memory_of_processes(_processes_of(uid))
+    with open("/proc/sysvipc/shm") as segments:
+        header = next(segments).split()
+        for line in segments:
+            segment = dict(zip(header, line.split()))
+            if int(segment["uid"]) == uid:
+                total += int(segment["rss"])
+    return total
+
+
+def memory_of_processes(pids: list[int]) -> int:
+    """Bytes of memory the processes ``pids`` hold, from /proc: their proportional share of private and shared
     resident pages (``Pss_Anon``, ``Pss_Shmem`` of ``smaps_rollup``: shared anonymous ``mmap`` included, which
-    ``RLIMIT_DATA`` does not count; pages a fork shares with its parent counted once), the memory files
-    (``memfd_create``) they hold open, and the System V shared memory segments of ``uid`` (attached or not).
-    A page both mapped and in a memory file or segment counts twice (an overcount, never an undercount)."""
+    ``RLIMIT_DATA`` does not count; pages a fork shares with its parent counted once), and the memory files
+    (``memfd_create``) they hold open. A page both mapped and in a memory file counts twice (an overcount, never
+    an undercount)."""
     total, memory_files = 0, {}
-    for pid in _processes_of(uid):
+    for pid in pids:
         try:
             with open(f"/proc/{pid}/smaps_rollup") as rollup:
                 fields = dict(line.split(":", 1) for line in rollup if ":" in line)
@@ -224,12 +237,6 @@ def memory_of(uid: int) -> int:
                     memory_files[(found.st_dev, found.st_ino)] = found.st_blocks * 512
         except (OSError, ValueError):
             continue  # gone meanwhile
-    with open("/proc/sysvipc/shm") as segments:
-        header = next(segments).split()
-        for line in segments:
-            segment = dict(zip(header, line.split()))
-            if int(segment["uid"]) == uid:
-                total += int(segment["rss"])
     return total + sum(memory_files.values())
 
 

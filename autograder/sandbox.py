@@ -17,7 +17,10 @@
 - its own unprivileged user (uid :attr:`SandboxedKernelManager.uid`), and
   resource limits (``prlimit``): CPU seconds, data segment (memory; not
   ``RLIMIT_AS``, which breaks ``import torch``), processes and threads,
-  file size and open files;
+  file size and open files; the memory all its processes hold (shared
+  memory and memory files included) is watched from outside, and the kernel
+  killed past :attr:`SandboxedKernelManager.memory_bytes`;
+- its working folder a tmpfs of :attr:`SandboxedKernelManager.work_bytes`;
 - an environment reduced to what the notebooks read (:data:`PASSED_ENV`).
 
 The kernel talks to nbgrader over ``ipc`` transport (Unix sockets in a
@@ -61,6 +64,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -353,6 +357,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         self._scratch: Path | None = None
         self._server: ForkServer | None = None
         self._forked = 0
+        self._memory_watch: asyncio.Task | None = None
         self.breach: str | None = None
         """Set when the last kernel ended: how its isolation was breached (None: it was not)."""
 
@@ -472,6 +477,30 @@ class SandboxedKernelManager(AsyncKernelManager):
             *kernel_cmd,
         ]
 
+    async def _async_post_start_kernel(self, **kw: Any) -> None:
+        await super()._async_post_start_kernel(**kw)
+        if self.enabled and self._scratch is not None:  # a sandbox of its own: no fork server watches it
+            if self._memory_watch is not None:
+                self._memory_watch.cancel()
+            self._memory_watch = asyncio.ensure_future(self._watch_memory(self.provisioner.pid))
+
+    post_start_kernel = _async_post_start_kernel
+
+    async def _watch_memory(self, pid: int) -> None:
+        """Every :data:`autograder.forkserver.MEMORY_INTERVAL` seconds, SIGKILL the sandbox ``pid`` (bwrap: the
+        kernel and all its processes die with it) when the processes below it hold more than :attr:`memory_bytes`
+        (:func:`autograder.forkserver.memory_of_processes`; System V segments, in the sandbox's own IPC
+        namespace, are not seen from here)."""
+        while True:
+            await asyncio.sleep(forkserver.MEMORY_INTERVAL)
+            if forkserver.memory_of_processes(_descendants(pid)) > self.memory_bytes:
+                self.log.warning("kernel killed: its processes held more than %d bytes of memory", self.memory_bytes)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                return
+
     async def _async_interrupt_kernel(self) -> None:
         if not self.enabled:
             return await super()._async_interrupt_kernel()
@@ -482,6 +511,9 @@ class SandboxedKernelManager(AsyncKernelManager):
     interrupt_kernel = _async_interrupt_kernel
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        if self._memory_watch is not None:
+            self._memory_watch.cancel()
+            self._memory_watch = None
         await super()._async_cleanup_resources(restart=restart)
         if not restart and self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
@@ -495,6 +527,25 @@ class SandboxedKernelManager(AsyncKernelManager):
             self._forked = 0
 
     cleanup_resources = _async_cleanup_resources
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below ``root``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, frontier = [], [root]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            found.append(child)
+            frontier.append(child)
+    return found
 
 
 def _namespace_args() -> list[str]:

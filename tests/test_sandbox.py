@@ -267,11 +267,10 @@ def test_a_kernels_working_folder_is_bounded_in_bytes_and_forked_in_files(tmp_pa
     assert printed(state) == "kept\n"
 
 
-@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
-def test_memory_that_rlimit_data_misses_kills_a_forked_kernel_past_its_limit():
-    """Shared anonymous mmap, memory files and System V shared memory (none of them counted by RLIMIT_DATA), each
-    2 GiB written by a kernel limited to 1.5 GiB: the fork server kills the kernel, the cell says it died, the
-    kernel comes back with its state."""
+def test_memory_that_rlimit_data_misses_kills_a_kernel_past_its_limit(fork):
+    """Shared anonymous mmap, memory files and, forked, System V shared memory (none of them counted by
+    RLIMIT_DATA), each 2 GiB written by a kernel limited to 1.5 GiB: the fork server (or, for a kernel in a sandbox
+    of its own, its manager) kills the kernel, the cell says it died, the kernel comes back with its state."""
     shared = (
         "import mmap\nblock = mmap.mmap(-1, 2 * 2**30)\n"
         "for start in range(0, 2 * 2**30, 2**24):\n    block[start:start + 2**24] = bytes(2**24)"
@@ -287,9 +286,10 @@ def test_memory_that_rlimit_data_misses_kills_a_forked_kernel_past_its_limit():
         "    libc.shmdt(ctypes.c_void_p(address))"
     )
     limit = {"memory_bytes": 3 * 2**29}
-    cells = run(SETUP, shared, SHOW_STATE, files, SHOW_STATE, sysv, SHOW_STATE, timeout=60, sandbox=limit)
-    assert [enames(cell) for cell in cells[1::2]] == [["DeadKernelError"]] * 3
-    assert [printed(cell) for cell in cells[2::2]] == ["kept\n"] * 3
+    attacks = [shared, files, sysv] if fork else [shared, files]  # System V: seen from the fork server only
+    cells = run(SETUP, *[c for a in attacks for c in (a, SHOW_STATE)], timeout=60, fork=fork, sandbox=limit)
+    assert [enames(cell) for cell in cells[1::2]] == [["DeadKernelError"]] * len(attacks)
+    assert [printed(cell) for cell in cells[2::2]] == ["kept\n"] * len(attacks)
 
 
 @pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
