@@ -42,8 +42,8 @@ This saves the 2 to 3 CPU seconds that starting Python and importing those
 modules costs every kernel. When a process of a forked kernel outlived it
 (the clean-up had to kill it), or the clean-up is not confirmed, the
 manager's :attr:`~SandboxedKernelManager.breach` says so; a kernel in a
-sandbox of its own leaves nothing (its PID namespace ends with it). ``SandboxedKernelManager.fork = False`` turns it
-off.
+sandbox of its own leaves nothing (its PID namespace ends with it).
+``SandboxedKernelManager.fork = False`` turns forking off.
 
 The ``bwrap`` run is :func:`bwrap`'s: the one named by ``$AUTOGRADER_BWRAP``
 (:data:`BWRAP_ENV`), else the system's on ``PATH``, else the binary of the
@@ -327,8 +327,8 @@ class SandboxedKernelManager(AsyncKernelManager):
     cpu_seconds = Integer(600, help="RLIMIT_CPU: CPU seconds for the whole kernel (all cells).").tag(config=True)
     memory_bytes = Integer(
         6 * 2**30,
-        help="RLIMIT_DATA per process of the kernel, in bytes; a forked kernel's processes together are killed "
-        "when they hold more (resident, shared and memory-file pages: autograder.forkserver.memory_of).",
+        help="RLIMIT_DATA per process of the kernel, in bytes; the kernel is killed when its processes together "
+        "hold more (resident, shared and memory-file pages: autograder.forkserver.memory_of).",
     ).tag(config=True)
     processes = Integer(512, help="RLIMIT_NPROC: processes and threads of the kernel's user.").tag(config=True)
     file_size_bytes = Integer(64 * 2**20, help="RLIMIT_FSIZE: the largest file the kernel may write.").tag(config=True)
