@@ -24,7 +24,13 @@ from the preloaded server, so it starts as fast), unless the batch runs
 without isolation.
 
 A job that fails (its kernel cannot start, a worker is lost) is reported
-and left to nbgrader, which executes that notebook itself.
+and left to nbgrader, which executes that notebook itself. So is a job whose
+kernel breached its isolation (a process of it outlived it:
+:attr:`autograder.execute.Execute.breach`): its execution is not stored, so
+no later run reuses what such a kernel may have tampered with. With
+``no_cache`` (``grade --no-cache``) the stored executions of the
+submissions and the references are discarded first: everything executes
+again.
 """
 
 from __future__ import annotations
@@ -82,6 +88,9 @@ class BatchRun:
     """Notebooks found already executed by an earlier run."""
     failed: list[str]
     """``label: reason`` of jobs that failed here (nbgrader executes those itself)."""
+    breached: list[str]
+    """``label: how`` of executions not stored because their kernel breached its isolation (nbgrader executes
+    those again itself)."""
 
 
 def execute(
@@ -91,6 +100,7 @@ def execute(
     isolated: bool,
     workers: int | None = None,
     scheduler: str | None = None,
+    no_cache: bool = False,
     progress: Callable[[str], None] = lambda line: None,
 ) -> BatchRun:
     """Execute the notebooks of ``submissions`` (placed in submitted/) and store them for nbgrader autograde.
@@ -98,9 +108,10 @@ def execute(
     ``workers``: local worker processes (default :func:`default_workers`);
     ``scheduler``: the address of a Dask distributed scheduler
     (``tcp://host:port``), whose workers then execute the students'
-    notebooks (they need this repository and its environment); ``progress`` gets a line for notebooks
-    found already executed and for each job that fails. A progress bar (counts, time left) is shown on
-    stderr while the notebooks execute, when stderr is a terminal.
+    notebooks (they need this repository and its environment); ``no_cache``: discard the stored
+    executions of these submissions and their references first; ``progress`` gets a line for notebooks
+    found already executed and for each job that fails or breaches its isolation. A progress bar
+    (counts, time left) is shown on stderr while the notebooks execute, when stderr is a terminal.
 
     Raises:
         OSError: ``executed/`` cannot be written.
@@ -111,6 +122,12 @@ def execute(
     store = course.root / STORE
     store.mkdir(exist_ok=True)
     jobs = [job for submission in submissions for job in jobs_of(course, submission, config, settings)]
+    if no_cache:
+        assignment_ids = {submission.assignment_id for submission in submissions}
+        for path in [stored_path(course.root, job.key) for job in jobs]:
+            path.unlink(missing_ok=True)
+        for assignment_id in assignment_ids:
+            verdict.stored_reference(course, assignment_id).unlink(missing_ok=True)
     done_before = {job.key for job in jobs if stored_path(course.root, job.key).exists()}
     # Identical notebooks (same cells, files, settings: two students handing in the release) run once.
     todo = list({job.key: job for job in jobs if job.key not in done_before}.values())
@@ -120,6 +137,7 @@ def execute(
     if stored:
         progress(f"{stored} notebook(s) already executed by an earlier run: kept")
     failed: list[str] = []
+    breached: list[str] = []
     executed = 0
     with _executors(workers, scheduler) as (local, remote):
         futures: dict[concurrent.futures.Future, tuple[str, Path]] = {
@@ -136,17 +154,18 @@ def execute(
                 label, target = futures[future]
                 bar.update()
                 try:
-                    _write_atomically(target, future.result())
+                    text, breach = future.result()
                 except Exception as error:  # a worker lost, a kernel that cannot start: nbgrader executes it
                     failed.append(f"{label}: {type(error).__name__}: {error}")
                     progress(f"not executed ahead (nbgrader will): {failed[-1]}")
                     continue
                 executed += target.suffix == ".ipynb"
-    return BatchRun(
-        executed=executed,
-        stored=stored,
-        failed=failed,
-    )
+                if breach:
+                    breached.append(f"{label}: {breach}")
+                    progress(f"not stored, its kernel breached its isolation (nbgrader runs it again): {breached[-1]}")
+                    continue
+                _write_atomically(target, text)
+    return BatchRun(executed=executed, stored=stored, failed=failed, breached=breached)
 
 
 def default_workers() -> int:
@@ -202,11 +221,12 @@ def jobs_of(course: Course, submission: Submission, config: dict[str, Any], sett
     return jobs
 
 
-def run(job: Job) -> str:
+def run(job: Job) -> tuple[str, str | None]:
     """Execute a job's notebook with the course's ``Execute`` in a scratch folder (runs in a worker).
 
     Returns:
-        The executed notebook, nbformat JSON.
+        The executed notebook (nbformat JSON), and how its kernel breached its isolation (None: it did not;
+        :attr:`autograder.execute.Execute.breach`).
     """
     os.environ["NBGRADER_EXECUTION"] = "autograde"  # as nbgrader autograde sets it for its kernels
     with tempfile.TemporaryDirectory(prefix="batch-") as scratch:
@@ -215,12 +235,14 @@ def run(job: Job) -> str:
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
             (folder / relative).write_bytes(content)
         notebook = nbformat.reads(job.notebook, as_version=4)
-        notebook, _ = Execute(config=Config(job.config)).preprocess(notebook, {"metadata": {"path": str(folder)}})
-    return nbformat.writes(notebook)
+        executor = Execute(config=Config(job.config))
+        notebook, _ = executor.preprocess(notebook, {"metadata": {"path": str(folder)}})
+    return nbformat.writes(notebook), executor.breach
 
 
-def _reference_json(root: str, assignment_id: str, sandboxed: bool) -> str:
-    return json.dumps(verdict.reference_records(Course(Path(root)), assignment_id, sandboxed=sandboxed))
+def _reference_json(root: str, assignment_id: str, sandboxed: bool) -> tuple[str, None]:
+    """The reference's check records (JSON); the instructor's own code is trusted: never a breach."""
+    return json.dumps(verdict.reference_records(Course(Path(root)), assignment_id, sandboxed=sandboxed)), None
 
 
 def _write_atomically(target: Path, text: str) -> None:

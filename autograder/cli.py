@@ -84,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
             help="notebooks executed at once on this machine (default: one per CPU, fewer if memory is short)",
         )
     grade_parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="execute every notebook again, ignoring the executions stored in executed/ by earlier runs",
+    )
+    grade_parser.add_argument(
         "--scheduler",
         metavar="tcp://HOST:PORT",
         help="execute the notebooks on this Dask distributed cluster (its workers need this repository's environment)",
@@ -152,6 +157,7 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
         format=args.format,
         roster=roster,
         assignment=args.assignment,
+        no_cache=args.no_cache,
         progress=_progress,
     )
     print(grading.intake.detected)

@@ -19,8 +19,8 @@ class DemoResult:
     mismatches: list[str]
     """Samples whose grades differ from what they must get (empty when the course grades as designed)."""
     summary: str
-    """Per assignment and in total: reference at full marks, release at zero, wrong answers and hostile
-    submissions caught (they lost exactly their cells' points), valid alternatives wrongly penalised."""
+    """Per assignment and in total: reference at full marks, release at zero, wrong answers and each class of
+    hostile submissions caught (they lost exactly their cells' points), valid alternatives kept."""
     grading: Grading
     """The grading run, in the scratch course (its grades.csv, task_results.csv and feedback/ are kept)."""
 
@@ -86,17 +86,17 @@ def representative(course: Course, assignment_id: str) -> list[Sample]:
     return [s for s in found if s in kept]
 
 
-HOSTILE_PREFIXES = tuple(f"{kind}_" for kind, (folder, _) in VARIANT_FILES.items() if folder == HOSTILE_DIR)
+HOSTILE_KINDS = {f"{kind}_": table for kind, (folder, table) in VARIANT_FILES.items() if folder == HOSTILE_DIR}
+"""Student-id prefix -> the class of the hostile samples of ``tests/hostile/`` (the name of their tables)."""
+HOSTILE_PREFIXES = tuple(HOSTILE_KINDS)
 """Student-id prefixes of the samples in ``tests/hostile/``."""
 
 
 def summary(assignment_ids: list[str], problems: dict[tuple[str, str], list[str]]) -> str:
-    """One row per assignment and a total: how many samples of each kind graded as they must (``got/all``)."""
+    """One row per assignment and a total: how many samples of each kind graded as they must (``got/all``), each
+    class of hostile samples (:data:`HOSTILE_KINDS`) in a column of its own."""
     kinds = [("reference", "reference at full marks"), ("unchanged_release", "release at zero")]
-    hostile = ("hostile_", "scored_", "leaks_", "html_", "cross_")
-    kinds += [("wrong_", "wrong answers caught"), (hostile, "hostile caught")]
-    kinds += [("stops_", "kernel stops contained"), ("escape_", "escapes contained")]
-    kinds += [("valid_", "valid alternatives kept")]
+    kinds += [("wrong_", "wrong answers caught"), *HOSTILE_KINDS.items(), ("valid_", "valid alternatives kept")]
     header = ["assignment", *(title for _, title in kinds)]
     rows = []
     for assignment in [*assignment_ids, "total"]:

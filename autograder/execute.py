@@ -22,10 +22,14 @@ the cells hit:
 A cell keeps at most :attr:`Execute.max_output_bytes` of output, and the
 notebook's other cells together :attr:`Execute.max_notebook_output_bytes`
 (test cells, fixed in number by the release, only their own limit), a note
-saying what was dropped; error outputs are always kept, cut to
-:data:`MAX_TRACEBACK_LINES` lines. So megabytes of prints neither fill the
+saying what was dropped. Every output counts, errors included (each cut to
+:data:`MAX_TRACEBACK_LINES` lines first); past the limit, a cell's first
+error is still kept, reduced to its name and :data:`MAX_CUT_ERROR`
+characters of its message. So megabytes of prints or errors neither fill the
 grader's memory nor hide a failure, and a flood in the student's cells does
-not silence a later test.
+not silence a later test. One message larger than
+:attr:`~autograder.sandbox.SandboxedKernelManager.max_message_bytes` is not
+even received (see there).
 
 The whole notebook has :attr:`Execute.notebook_timeout` seconds: a cell may
 run for nbgrader's ``timeout`` or what is left of that, whichever is less,
@@ -63,6 +67,15 @@ KERNEL_DIED = "DeadKernelError"
 
 TIMEOUT = "CellTimeoutError"
 """``ename`` of the error output on a cell that ran past its timeout (nbgrader's own name for it)."""
+
+IOPUB_TIMEOUT = "Timeout waiting for IOPub output"
+"""What nbclient's ``CellTimeoutError`` says when a cell's reply came but not the end of its outputs."""
+
+DROPPED = (
+    "the kernel's outputs stopped arriving: a message over the grader's size limit "
+    "(SandboxedKernelManager.max_message_bytes) is dropped unread, and what the kernel sent right after it is lost"
+)
+"""The message of the error output on a cell whose outputs stopped arriving (nbclient's IOPub timeout)."""
 
 NOT_RUN = "CellNotRunError"
 """``ename`` of the error output on a cell left unrun because the kernel could not be brought back."""
@@ -105,6 +118,10 @@ def folder_files(folder: Path) -> dict[str, bytes]:
 MAX_TRACEBACK_LINES = 200
 MAX_TRACEBACK_LINE = 10_000
 """An error output keeps its last 200 traceback lines, each (and its message) cut to 10,000 characters."""
+
+
+MAX_CUT_ERROR = 1_000
+"""An error output past the output limits keeps its name and this many characters of its message, no traceback."""
 
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
@@ -179,8 +196,21 @@ class Execute(NbgraderExecute):
         self.log.info("Outputs taken from %s (executed ahead by the batch)", path.name)
         return stored
 
+    breach: str | None = None
+    """After :meth:`preprocess`: how the notebook's kernel breached its isolation (see
+    :attr:`autograder.sandbox.SandboxedKernelManager.breach`), None when it did not. Such an execution is not
+    stored for reuse (:mod:`autograder.batch`)."""
+
+    async def _async_cleanup_kernel(self) -> None:
+        km = self.km
+        await super()._async_cleanup_kernel()
+        self.breach = getattr(km, "breach", None)
+
+    _cleanup_kernel = run_sync(_async_cleanup_kernel)
+
     def reset_execution_trackers(self) -> None:
         super().reset_execution_trackers()
+        self.breach = None
         self._output_bytes: dict[int, int] = {}
         self._cut: set[int] = set()
         self._notebook_bytes = 0
@@ -221,8 +251,10 @@ class Execute(NbgraderExecute):
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except DeadKernelError:
             problem = error_output(KERNEL_DIED, "the kernel died while this cell ran (it exited or crashed)")
-        except CellTimeoutError:
+        except CellTimeoutError as error:
             problem = error_output(TIMEOUT, "the cell ran past its time limit and did not stop when interrupted")
+            if IOPUB_TIMEOUT in str(error):  # its last messages never came: one over the size limit was dropped
+                problem = error_output(TIMEOUT, DROPPED)
         cell.setdefault("outputs", []).append(problem)
         await self._restart_and_replay(cell_index)
         return cell
@@ -235,27 +267,54 @@ class Execute(NbgraderExecute):
     ) -> NotebookNode | None:
         if self._replaying:  # a replay's outputs are thrown away: keep none, count none
             return None
+        content = msg["content"]
         if msg["msg_type"] == "error":
-            content = msg["content"]
-            lines = content.get("traceback", [])[-MAX_TRACEBACK_LINES:]
-            content["traceback"] = [line[:MAX_TRACEBACK_LINE] for line in lines]
-            content["evalue"] = str(content.get("evalue", ""))[:MAX_TRACEBACK_LINE]
+            lines = [str(line)[:MAX_TRACEBACK_LINE] for line in content.get("traceback", [])[-MAX_TRACEBACK_LINES:]]
+            content = {**content, "traceback": lines, "evalue": str(content.get("evalue", ""))[:MAX_TRACEBACK_LINE]}
+            msg = {**msg, "content": content}
+        size = len(str(content))
+        kept = self._charge(cell_index, size)
+        if kept == size:
             return super().output(outs, msg, display_id, cell_index)
+        if kept > 0 and msg["msg_type"] == "stream":
+            super().output(outs, {**msg, "content": {**content, "text": content["text"][:kept]}}, None, cell_index)
+        if msg["msg_type"] == "error" and not any(output.output_type == "error" for output in outs):
+            # An error past the limit is kept short, once per cell: the cell still shows that it failed.
+            outs.append(error_output(str(content.get("ename", "Error"))[:100], content["evalue"][:MAX_CUT_ERROR]))
+        self._note_cut(cell_index, outs)
+        return None
+
+    def _update_display_id(self, display_id: str, msg: dict) -> None:
+        """nbclient's update of the outputs shown under ``display_id``, each replaced output counted as a new one
+        of the update's size in its cell; an update that does not fit every such cell is dropped."""
+        if self._replaying:
+            return
+        shown = self._display_id_map.get(display_id, {})
+        size = len(str(msg["content"]))
+        needed = {index: size * len(outputs) for index, outputs in shown.items()}
+        if all(self._charge(index, bytes_, dry=True) == bytes_ for index, bytes_ in needed.items()):
+            for index, bytes_ in needed.items():
+                self._charge(index, bytes_)
+            return super()._update_display_id(display_id, msg)
+        for index in shown:
+            self._note_cut(index, self.nb.cells[index].outputs)
+
+    def _charge(self, cell_index: int, size: int, dry: bool = False) -> int:
+        """Count ``size`` bytes of output against the cell's and the notebook's limits; the bytes that fit
+        (``dry``: count nothing, only say)."""
         cell_used = self._output_bytes.get(cell_index, 0)
         left = self.max_output_bytes - cell_used
         test_cell = is_autograder_tests(self.nb.cells[cell_index])  # test cells are few: the release fixes them
         if not test_cell:
             left = min(left, self.max_notebook_output_bytes - self._notebook_bytes)
-        size = len(str(msg["content"]))
         kept = min(size, max(left, 0))
-        self._output_bytes[cell_index] = cell_used + kept
-        self._notebook_bytes += 0 if test_cell else kept
-        if kept == size:
-            return super().output(outs, msg, display_id, cell_index)
-        if kept > 0 and msg["msg_type"] == "stream":
-            super().output(
-                outs, {**msg, "content": {**msg["content"], "text": msg["content"]["text"][:kept]}}, None, cell_index
-            )
+        if not dry:
+            self._output_bytes[cell_index] = cell_used + kept
+            self._notebook_bytes += 0 if test_cell else kept
+        return kept
+
+    def _note_cut(self, cell_index: int, outs: list[NotebookNode]) -> None:
+        """Add, once per cell, the note that output past the limits was dropped."""
         if cell_index not in self._cut:
             self._cut.add(cell_index)
             note = (
@@ -263,7 +322,6 @@ class Execute(NbgraderExecute):
                 f"{self.max_notebook_output_bytes} per notebook)]\n"
             )
             outs.append(new_output("stream", name="stdout", text=note))
-        return None
 
     async def _restart_and_replay(self, cell_index: int) -> None:
         """Start a fresh kernel and rerun the code cells before ``cell_index``, discarding their outputs.

@@ -8,8 +8,10 @@ server pays that once: it runs in a bubblewrap sandbox like a kernel's
 kernel, before it runs anything:
 
 - starts a new session, in network and mount namespaces of its own with a
-  fresh tmpfs on /tmp (its HOME; :func:`_own_namespaces`), moves into its
-  folder and takes the environment it was sent;
+  fresh tmpfs on /tmp (its HOME; :func:`_own_namespaces`), its working
+  folder a tmpfs bounded in bytes and in files that the server mounted for
+  the notebook (:func:`_work_folder`), moves into its folder and takes the
+  environment it was sent;
 - sets its resource limits (``setrlimit``: CPU, data segment, processes,
   file size, open files, core), then drops to its own unprivileged user
   (``setresgid``/``setresuid``; the capabilities go with root);
@@ -17,8 +19,16 @@ kernel, before it runs anything:
 - runs ``ipykernel``'s ``IPKernelApp`` with the arguments jupyter_client
   gave.
 
-After a kernel ends, the server kills every process left of its user (found
+While a kernel runs, the server watches the memory its processes hold
+(:func:`memory_of`, every :data:`MEMORY_INTERVAL` seconds: what ``RLIMIT_DATA``
+misses, shared memory and memory files, counted too) and kills them all past
+the request's ``memory`` bytes. After a kernel ends, the server kills every
+process left of its user (found
 by any live thread) and empties its own /tmp before it serves the next request.
+It then appends a line to the kernel's clean-up report (:func:`report_path`,
+in the socket's folder): how many processes of the kernel had outlived it.
+A kernel that left one has breached its isolation: its execution is not
+stored for reuse (:attr:`autograder.sandbox.SandboxedKernelManager.breach`).
 
 The server imports but runs no torch operation and starts no thread:
 forking after torch has run a parallel operation hangs the child (GNU
@@ -33,7 +43,8 @@ preloaded modules, in two roles:
 - ``forkserver.py serve SOCKET``: the server, inside the sandbox;
 - ``forkserver.py kernel SOCKET REQUEST``: the kernel command jupyter_client
   starts (outside). It sends REQUEST (JSON: ``argv``, ``cwd``, ``env``,
-  ``uid``, ``limits``) and then lives exactly as long as the kernel, exiting
+  ``uid``, ``limits``, ``memory``, ``work``: ``size`` and ``files`` of the
+  working folder, ``fresh`` for a notebook's first kernel) and then lives exactly as long as the kernel, exiting
   with its exit code; when it is killed, the server kills the kernel. So
   jupyter_client manages it like any kernel process.
 
@@ -108,39 +119,65 @@ def serve(path: str) -> None:
         connection, _ = server.accept()
         with connection:
             try:
-                _serve_one(server, connection, kept)
+                _serve_one(server, connection, kept, os.path.dirname(path))
             except Exception as error:  # a kernel command that went away early, say: serve the next one
                 print(f"request failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
 
-def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str]) -> None:
-    """Fork the kernel ``connection`` asks for, watch it, and clean up after it."""
+def report_path(folder: str, uid: int) -> str:
+    """The clean-up report of the kernels of user ``uid``, in the server's socket ``folder``: one JSON line per
+    kernel served, ``{"survivors": N}`` (processes of the kernel found alive after it ended, and killed)."""
+    return os.path.join(folder, f"clean-up-{uid}.jsonl")
+
+
+def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str], folder: str) -> None:
+    """Fork the kernel ``connection`` asks for, watch it, clean up after it, and report the clean-up in
+    ``folder`` (:func:`report_path`)."""
     request = json.loads(connection.makefile("r").readline())
+    work = request["work"]
+    if work["fresh"]:
+        _work_folder(request["cwd"], request["uid"], work["size"], work["files"])
     pid = os.fork()
     if pid == 0:
         server.close()
         _kernel(connection, request)
     try:
-        code = _watch(connection, pid)
+        code = _watch(connection, pid, request["uid"], request["memory"])
     except BaseException:
         os.kill(pid, signal.SIGKILL)  # it may not have become its user yet, which the clean-up looks for
         os.waitpid(pid, 0)
         raise
     finally:
-        _clean_up(request["uid"], kept)
+        survivors = _clean_up(request["uid"], kept)
+        with open(report_path(folder, request["uid"]), "a") as report:
+            report.write(json.dumps({"survivors": survivors}) + "\n")
     try:
         connection.sendall(json.dumps({"exit": code}).encode() + b"\n")
     except OSError:
         pass  # the kernel command was killed: nobody waits for the code
 
 
-def _watch(connection: socket.socket, pid: int) -> int:
-    """Wait for the kernel ``pid`` to end (SIGKILL it when ``connection`` closes); its exit code."""
+MEMORY_INTERVAL = 0.1
+"""Seconds between two readings of a kernel's memory (:func:`memory_of`)."""
+
+
+def _watch(connection: socket.socket, pid: int, uid: int, memory: int) -> int:
+    """Wait for the kernel ``pid`` to end (SIGKILL it when ``connection`` closes); its exit code. Every
+    :data:`MEMORY_INTERVAL` seconds, when the processes of ``uid`` hold more than ``memory`` bytes
+    (:func:`memory_of`), SIGKILL them all: the kernel dies as if out of memory."""
     connection.settimeout(0.05)
+    measured = time.monotonic()
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return os.waitstatus_to_exitcode(status)
+        if time.monotonic() - measured > MEMORY_INTERVAL:
+            measured = time.monotonic()
+            used = memory_of(uid)
+            if used > memory:
+                print(f"kernel of {uid} killed: {used} bytes of memory, over {memory}", file=sys.stderr, flush=True)
+                for process in _processes_of(uid):
+                    _kill(process)
         try:
             closed = connection.recv(1) == b""
         except TimeoutError:
@@ -151,22 +188,63 @@ def _watch(connection: socket.socket, pid: int) -> int:
             os.kill(pid, signal.SIGKILL)
 
 
-def _clean_up(uid: int, kept: set[str]) -> None:
+def _clean_up(uid: int, kept: set[str]) -> int:
     """Kill every process of ``uid`` left behind, remove the System V IPC objects of this IPC namespace, and empty
-    /tmp but for ``kept``."""
+    /tmp but for ``kept``; how many processes were left (0: none outlived the kernel)."""
+    survivors: set[int] = set()
     for _ in range(1000):
         left = _processes_of(uid)
         if not left:
             break
+        survivors.update(left)
         for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill(pid)
         time.sleep(0.005)
     if os.path.exists("/usr/bin/ipcrm"):
         subprocess.run(["/usr/bin/ipcrm", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     _empty_tmp(kept)
+    return len(survivors)
+
+
+def memory_of(uid: int) -> int:
+    """Bytes of memory the processes of ``uid`` hold (:func:`memory_of_processes`), and the System V shared memory
+    segments of ``uid`` in this IPC namespace (attached or not)."""
+    total = memory_of_processes(_processes_of(uid))
+    with open("/proc/sysvipc/shm") as segments:
+        header = next(segments).split()
+        for line in segments:
+            segment = dict(zip(header, line.split()))
+            if int(segment["uid"]) == uid:
+                total += int(segment["rss"])
+    return total
+
+
+def memory_of_processes(pids: list[int]) -> int:
+    """Bytes of memory the processes ``pids`` hold, from /proc: their proportional share of private and shared
+    resident pages (``Pss_Anon``, ``Pss_Shmem`` of ``smaps_rollup``: shared anonymous ``mmap`` included, which
+    ``RLIMIT_DATA`` does not count; pages a fork shares with its parent counted once), and the memory files
+    (``memfd_create``) they hold open. A page both mapped and in a memory file counts twice (an overcount, never
+    an undercount)."""
+    total, memory_files = 0, {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                fields = dict(line.split(":", 1) for line in rollup if ":" in line)
+            total += 1024 * sum(int(fields.get(name, "0 kB").split()[0]) for name in ("Pss_Anon", "Pss_Shmem"))
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                    found = os.stat(f"/proc/{pid}/fd/{fd}")
+                    memory_files[(found.st_dev, found.st_ino)] = found.st_blocks * 512
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    return total + sum(memory_files.values())
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _processes_of(uid: int) -> list[int]:
@@ -251,6 +329,42 @@ def _own_namespaces() -> None:
         request = struct.pack("16sH14s", b"lo", 0, b"")
         flags = struct.unpack("16sH", fcntl.ioctl(control, SIOCGIFFLAGS, request)[:18])[1]
         fcntl.ioctl(control, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
+
+
+_work_folders: list[str] = []
+"""The working folders the server has mounted (the latest notebook's; :func:`_work_folder`)."""
+
+MNT_DETACH = 0x2
+
+
+def _work_folder(folder: str, uid: int, size: int, files: int) -> None:
+    """In the server, for a notebook's first kernel: detach the working folders mounted for earlier notebooks, then
+    mount a tmpfs of ``size`` bytes and ``files`` inodes over ``folder``, holding a copy of what the grader put
+    there (the user ``uid``'s). Each kernel's mount namespace starts as a copy of the server's, so the kernels of
+    one notebook (a restart) share that tmpfs and what they wrote there; the next notebook gets a fresh one.
+
+    So what a kernel writes in its folder is bounded in bytes and in files (a tmpfs's inode count cannot be set
+    through bwrap).
+
+    Raises:
+        OSError: a mount fails, or the folder's files do not fit.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    while _work_folders:
+        libc.umount2(_work_folders.pop().encode(), MNT_DETACH)
+    original = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+    try:
+        options = f"size={size},nr_inodes={files},mode=0700,uid={uid},gid={uid}".encode()
+        if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, f"mount the work folder: {os.strerror(number)}")
+        _work_folders.append(folder)
+        shutil.copytree(f"/proc/self/fd/{original}", folder, symlinks=True, dirs_exist_ok=True)
+    finally:
+        os.close(original)
+    for parent, folders, names in os.walk(folder):
+        for name in [*folders, *names]:
+            os.lchown(os.path.join(parent, name), uid, uid)
 
 
 def _kernel(connection: socket.socket, request: dict) -> None:

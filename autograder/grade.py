@@ -59,6 +59,7 @@ def grade(
     format: str | None = None,
     roster: intake.Roster | None = None,
     assignment: str | None = None,
+    no_cache: bool = False,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Grading:
     """Grade every submission in ``download`` (a folder or zip, see :mod:`autograder.intake`).
@@ -73,8 +74,8 @@ def grade(
     grade is reported with status ``not graded`` and the batch goes on.
     Kernels run in the sandbox (:mod:`autograder.sandbox`); ``isolated=False``
     (the instructor's explicit opt-out) runs them as plain processes, and
-    every result's notes say so. ``workers``, ``scheduler`` and ``progress``:
-    see :func:`autograder.batch.execute`.
+    every result's notes say so. ``workers``, ``scheduler``, ``no_cache`` (execute every notebook again,
+    stored executions ignored) and ``progress``: see :func:`autograder.batch.execute`.
 
     Raises:
         CourseError: grading itself cannot run: the sandbox is unavailable
@@ -104,7 +105,13 @@ def grade(
     _enrol(course, found)
 
     executed = batch.execute(
-        course, found.submissions, isolated=isolated, workers=workers, scheduler=scheduler, progress=progress
+        course,
+        found.submissions,
+        isolated=isolated,
+        workers=workers,
+        scheduler=scheduler,
+        no_cache=no_cache,
+        progress=progress,
     )
     # One nbgrader process for all assignments ("*"); submissions already autograded are skipped by nbgrader.
     progress("nbgrader autograde")

@@ -37,7 +37,10 @@ none of it. HTML injectors (``[[injects_html]]``, the same fields, ids
 ``html_<name>``) put scripts and event handlers in answers and outputs: the
 feedback page must carry none of them as markup. Cross-student attackers
 (``[[harms_others]]``, ids ``cross_<name>``) try to reach the students graded
-after them by the same worker; those must get exactly their grades.
+after them by the same worker; those must get exactly their grades. Output
+floods (``[[floods_output]]``, ids ``floods_<name>``) send outputs of every
+type past the limits (errors, one message over the size limit, display
+updates); they must lose ``loses``, and the grader's memory stays bounded.
 
 Valid alternatives (``[[valid_alternative]]`` tables in the wrong answers'
 file: ``name``, ``cell``, ``note`` saying how it differs, ``source``; no
@@ -153,6 +156,7 @@ VARIANT_FILES = {
     "leaks": (HOSTILE_DIR, "leaks_hidden_tests"),
     "html": (HOSTILE_DIR, "injects_html"),
     "cross": (HOSTILE_DIR, "harms_others"),
+    "floods": (HOSTILE_DIR, "floods_output"),
 }
 """Student-id prefix -> (folder of ``<assignment_id>.toml`` files, name of their tables)."""
 

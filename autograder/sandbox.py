@@ -17,7 +17,10 @@
 - its own unprivileged user (uid :attr:`SandboxedKernelManager.uid`), and
   resource limits (``prlimit``): CPU seconds, data segment (memory; not
   ``RLIMIT_AS``, which breaks ``import torch``), processes and threads,
-  file size and open files;
+  file size and open files; the memory all its processes hold (shared
+  memory and memory files included) is watched from outside, and the kernel
+  killed past :attr:`SandboxedKernelManager.memory_bytes`;
+- its working folder a tmpfs of :attr:`SandboxedKernelManager.work_bytes`;
 - an environment reduced to what the notebooks read (:data:`PASSED_ENV`).
 
 The kernel talks to nbgrader over ``ipc`` transport (Unix sockets in a
@@ -36,8 +39,11 @@ matplotlib already imported. The kernel gets the same folder (at the same
 path), environment, limits and a user of its own, and the server cleans up
 after it (its processes, /tmp, System V IPC objects) before the next kernel.
 This saves the 2 to 3 CPU seconds that starting Python and importing those
-modules costs every kernel. ``SandboxedKernelManager.fork = False`` turns it
-off.
+modules costs every kernel. When a process of a forked kernel outlived it
+(the clean-up had to kill it), or the clean-up is not confirmed, the
+manager's :attr:`~SandboxedKernelManager.breach` says so; a kernel in a
+sandbox of its own leaves nothing (its PID namespace ends with it).
+``SandboxedKernelManager.fork = False`` turns forking off.
 
 The ``bwrap`` run is :func:`bwrap`'s: the one named by ``$AUTOGRADER_BWRAP``
 (:data:`BWRAP_ENV`), else the system's on ``PATH``, else the binary of the
@@ -50,6 +56,7 @@ say the kernels ran without isolation.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import hashlib
 import itertools
@@ -57,13 +64,16 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import zmq
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Bool, Integer, default
 
@@ -244,6 +254,27 @@ class ForkServer:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    CLEAN_UP_SECONDS = 30
+    """How long :meth:`breach` waits for the server's clean-up reports (a clean-up kills survivors for 5 s at most)."""
+
+    async def breach(self, uid: int, kernels: int) -> str | None:
+        """How the ``kernels`` kernels served to user ``uid`` breached their isolation, from the server's clean-up
+        reports (:func:`autograder.forkserver.report_path`, removed here); None when none did.
+
+        A report missing after :attr:`CLEAN_UP_SECONDS` (the server stopped or is stuck) counts as a breach.
+        """
+        path = Path(forkserver.report_path(str(Path(self.socket).parent), uid))
+        deadline = time.monotonic() + self.CLEAN_UP_SECONDS
+        while len(lines := _lines(path)) < kernels and time.monotonic() < deadline and self.alive():
+            await asyncio.sleep(0.02)
+        path.unlink(missing_ok=True)
+        survivors = sum(json.loads(line)["survivors"] for line in lines)
+        if survivors:
+            return f"{survivors} process(es) of the kernel outlived it and were killed by the clean-up"
+        if len(lines) < kernels:
+            return f"the clean-up after {kernels - len(lines)} of {kernels} kernel(s) was not confirmed"
+        return None
+
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
@@ -268,6 +299,14 @@ def _acquire_server(env: dict[str, str]) -> ForkServer:
     return server
 
 
+def _lines(path: Path) -> list[str]:
+    """The complete lines of a file (none when it is missing)."""
+    try:
+        return [line for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
+    except FileNotFoundError:
+        return []
+
+
 def _stop_servers() -> None:
     for server in _all_servers:
         server.stop()
@@ -286,10 +325,28 @@ class SandboxedKernelManager(AsyncKernelManager):
     ).tag(config=True)
     uid = Integer(help="User id the kernel runs as (root only; default: a fresh one per kernel, see _default_uid).")
     cpu_seconds = Integer(600, help="RLIMIT_CPU: CPU seconds for the whole kernel (all cells).").tag(config=True)
-    memory_bytes = Integer(6 * 2**30, help="RLIMIT_DATA per process of the kernel, in bytes.").tag(config=True)
+    memory_bytes = Integer(
+        6 * 2**30,
+        help="RLIMIT_DATA per process of the kernel, in bytes; the kernel is killed when its processes together "
+        "hold more (resident, shared and memory-file pages: autograder.forkserver.memory_of).",
+    ).tag(config=True)
     processes = Integer(512, help="RLIMIT_NPROC: processes and threads of the kernel's user.").tag(config=True)
     file_size_bytes = Integer(64 * 2**20, help="RLIMIT_FSIZE: the largest file the kernel may write.").tag(config=True)
     open_files = Integer(1024, help="RLIMIT_NOFILE: open file descriptors.").tag(config=True)
+    work_bytes = Integer(
+        512 * 2**20,
+        help="Size of the kernel's working folder (a memory-backed tmpfs holding a copy of its files), in bytes.",
+    ).tag(config=True)
+    work_files = Integer(
+        10_000,
+        help="Files and folders the kernel's working folder may hold (the tmpfs's inodes; forked kernels only: "
+        "bwrap sets no inode count, a kernel in a sandbox of its own has the tmpfs default, half the memory's pages).",
+    ).tag(config=True)
+    max_message_bytes = Integer(
+        16 * 2**20,
+        help="The largest message part the grader receives from the kernel, in bytes (ZeroMQ's MAXMSGSIZE on the "
+        "client's sockets): a larger one is dropped unread, and its sender disconnected (it reconnects).",
+    ).tag(config=True)
 
     @default("uid")
     def _uid_default(self) -> int:
@@ -299,6 +356,17 @@ class SandboxedKernelManager(AsyncKernelManager):
         super().__init__(**kwargs)
         self._scratch: Path | None = None
         self._server: ForkServer | None = None
+        self._forked = 0
+        self._memory_watch: asyncio.Task | None = None
+        self.breach: str | None = None
+        """Set when the last kernel ended: how its isolation was breached (None: it was not)."""
+
+    def client(self, **kwargs: Any) -> Any:
+        """jupyter_client's kernel client, whose sockets refuse messages over :attr:`max_message_bytes` (ZeroMQ
+        checks a message's announced size before it reads it: such a message never takes the grader's memory)."""
+        client = super().client(**kwargs)
+        client.context.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        return client
 
     async def _async_pre_start_kernel(self, **kw: Any) -> tuple[list[str], dict[str, Any]]:
         if not self.enabled:
@@ -339,7 +407,8 @@ class SandboxedKernelManager(AsyncKernelManager):
     async def _forked_start(self, **kw: Any) -> tuple[list[str], dict[str, Any]]:
         """The kernel command of a forked kernel (:func:`autograder.forkserver.kernel`), folders set up."""
         env = self._kernel_env(kw.get("env") or os.environ)
-        if self._server is None:  # first start; a restart keeps the server, the folders and what the kernel wrote
+        fresh = self._server is None
+        if fresh:  # first start; a restart keeps the server, the folders and what the kernel wrote
             self._server = _acquire_server(env)
             origin = Path(kw.get("cwd") or os.getcwd())
             shutil.rmtree(self._server.home / origin.name, ignore_errors=True)
@@ -349,12 +418,15 @@ class SandboxedKernelManager(AsyncKernelManager):
         kw["cwd"] = str(self._runtime)
         kernel_cmd, kw = await super()._async_pre_start_kernel(**kw)
         os.chown(self.connection_file, self.uid, self.uid)
+        self._forked += 1
         request = {
             "argv": kernel_cmd[3:],
             "cwd": str(self._inside),
             "env": {**env, "JPY_PARENT_PID": "1"},
             "uid": self.uid,
             "limits": self._limits(),
+            "memory": self.memory_bytes,
+            "work": {"size": self.work_bytes, "files": self.work_files, "fresh": fresh},
         }
         return [sys.executable, "-I", "-S", FORK_SERVER, "kernel", self._server.socket, json.dumps(request)], kw
 
@@ -391,17 +463,43 @@ class SandboxedKernelManager(AsyncKernelManager):
         return [
             executable,
             *_namespace_args(),
-            *_filesystem_args(self._work, self._inside),
+            *_filesystem_args(self._work, self._inside, size=self.work_bytes),
             *_parents(str(self._runtime)),
             "--bind",
             str(self._runtime),
             str(self._runtime),
             *_user_args(self.uid),
+            *COPY_IN,
+            str(STAGING / self._inside.name),
             "prlimit",
             *limits,
             "--",
             *kernel_cmd,
         ]
+
+    async def _async_post_start_kernel(self, **kw: Any) -> None:
+        await super()._async_post_start_kernel(**kw)
+        if self.enabled and self._scratch is not None:  # a sandbox of its own: no fork server watches it
+            if self._memory_watch is not None:
+                self._memory_watch.cancel()
+            self._memory_watch = asyncio.ensure_future(self._watch_memory(self.provisioner.pid))
+
+    post_start_kernel = _async_post_start_kernel
+
+    async def _watch_memory(self, pid: int) -> None:
+        """Every :data:`autograder.forkserver.MEMORY_INTERVAL` seconds, SIGKILL the sandbox ``pid`` (bwrap: the
+        kernel and all its processes die with it) when the processes below it hold more than :attr:`memory_bytes`
+        (:func:`autograder.forkserver.memory_of_processes`; System V segments, in the sandbox's own IPC
+        namespace, are not seen from here)."""
+        while True:
+            await asyncio.sleep(forkserver.MEMORY_INTERVAL)
+            if forkserver.memory_of_processes(_descendants(pid)) > self.memory_bytes:
+                self.log.warning("kernel killed: its processes held more than %d bytes of memory", self.memory_bytes)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                return
 
     async def _async_interrupt_kernel(self) -> None:
         if not self.enabled:
@@ -413,6 +511,9 @@ class SandboxedKernelManager(AsyncKernelManager):
     interrupt_kernel = _async_interrupt_kernel
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        if self._memory_watch is not None:
+            self._memory_watch.cancel()
+            self._memory_watch = None
         await super()._async_cleanup_resources(restart=restart)
         if not restart and self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
@@ -420,10 +521,31 @@ class SandboxedKernelManager(AsyncKernelManager):
         if not restart and self._server is not None:
             shutil.rmtree(self._work, ignore_errors=True)
             shutil.rmtree(self._runtime, ignore_errors=True)
+            self.breach = await self._server.breach(self.uid, self._forked)
             _idle_servers.append(self._server)
             self._server = None
+            self._forked = 0
 
     cleanup_resources = _async_cleanup_resources
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below ``root``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, frontier = [], [root]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            found.append(child)
+            frontier.append(child)
+    return found
 
 
 def _namespace_args() -> list[str]:
@@ -441,8 +563,19 @@ def _namespace_args() -> list[str]:
     ]
 
 
-def _filesystem_args(work: Path, inside: Path) -> list[str]:
-    """Read-only system folders and Python, a private /tmp, /proc and /dev, ``work`` bound read-write at ``inside``."""
+STAGING = Path("/home/.copied")
+"""Where a kernel in a sandbox of its own sees its folder's original files (read-only), copied into its working
+folder (a tmpfs) before it starts (:data:`COPY_IN`)."""
+
+COPY_IN = ["sh", "-c", 'cp -R "$0"/. . && exec "$@"']
+"""The command, run as the kernel's user before the kernel, that copies the folder at ``$0`` into the working
+directory and runs the rest of the command line."""
+
+
+def _filesystem_args(work: Path, inside: Path, size: int | None = None) -> list[str]:
+    """Read-only system folders and Python, a private /tmp, /proc and /dev, ``work`` bound read-write at ``inside``;
+    with ``size``, ``work`` is bound read-only at ``STAGING/<inside's name>`` and ``inside`` is a tmpfs of
+    ``size`` bytes instead, for :data:`COPY_IN` to fill."""
     args: list[str] = []
     for folder in SYSTEM_DIRS:
         if os.path.islink(folder):
@@ -457,8 +590,11 @@ def _filesystem_args(work: Path, inside: Path) -> list[str]:
         args += [*_parents(folder), "--ro-bind", folder, folder]
     for device in sorted(Path("/dev").glob("nvidia*")):  # CUDA, when the host has it
         args += ["--dev-bind", str(device), str(device)]
-    args += [*_parents(str(inside)), "--bind", str(work), str(inside), "--chdir", str(inside)]
-    return args
+    if size is None:
+        return [*args, *_parents(str(inside)), "--bind", str(work), str(inside), "--chdir", str(inside)]
+    staging = str(STAGING / inside.name)
+    args += [*_parents(staging), "--ro-bind", str(work), staging, *_parents(str(inside))]
+    return [*args, "--perms", "0777", "--size", str(size), "--tmpfs", str(inside), "--chdir", str(inside)]
 
 
 def _parents(path: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
@@ -13,7 +14,12 @@ SETUP = "import os, signal, time\nstate = 'kept'"
 SHOW_STATE = "print(state)"
 
 
-def run(
+def run(*sources: str, **options: Any) -> list[nbformat.NotebookNode]:
+    """The cells of :func:`run_with_executor` after execution."""
+    return run_with_executor(*sources, **options)[0]
+
+
+def run_with_executor(
     *sources: str,
     max_restarts: int = 3,
     notebook_timeout: int = 600,
@@ -21,10 +27,12 @@ def run(
     tests: frozenset[int] = frozenset(),
     timeout: int = 2,
     fork: bool = True,
-) -> list[nbformat.NotebookNode]:
+    sandbox: dict | None = None,
+) -> tuple[list[nbformat.NotebookNode], Execute]:
     """Execute one code cell per source (and a markdown cell first) with a ``timeout`` per cell (default 2 s).
 
-    Returns the cells after execution.
+    Returns the cells after execution, and the executor (its ``breach``, say). ``sandbox``: more settings of
+    the ``SandboxedKernelManager`` (its limits, say).
 
     The kernel starts in the sandbox, in a copy of ``folder`` (default: an empty one). Sources whose
     index is in ``tests`` become nbgrader autograder-tests cells.
@@ -39,11 +47,11 @@ def run(
         shutdown_kernel="immediate",
         max_restarts=max_restarts,
         notebook_timeout=notebook_timeout,
-        config=Config({"SandboxedKernelManager": {"fork": fork}}),
+        config=Config({"SandboxedKernelManager": {"fork": fork, **(sandbox or {})}}),
     )
     with tempfile.TemporaryDirectory() as empty:
         executed, _ = executor.preprocess(notebook, {"metadata": {"path": str(folder or empty)}})
-    return executed.cells[1:]
+    return executed.cells[1:], executor
 
 
 def enames(cell) -> list[str]:

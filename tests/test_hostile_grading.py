@@ -1,6 +1,8 @@
 """Hostile submissions of 01_tensors graded together through the real pipeline (one module-scoped run):
 self-scorers earn exactly what the verdict gives, malformed files are each one student's invalid notebook,
-leaks of the hidden tests reach no feedback page, students' markup reaches it only as text.
+leaks of the hidden tests reach no feedback page, students' markup reaches it only as text, output floods keep
+within the output limits and the grader's processes within the memory bound README states, and an execution
+whose kernel breached its isolation is not stored for reuse.
 
 The stored executions (``executed/``, the kernel's outputs before the verdict) show that each trick works
 on stock nbgrader: scored by ``determine_grade`` as they came from the kernel, they earn points they must not.
@@ -18,6 +20,7 @@ import nbformat
 import pytest
 from nbgrader.utils import determine_grade
 
+from autograder import batch
 from autograder.course import (
     HIDDEN_TEST_MARKERS,
     ROOT,
@@ -29,10 +32,12 @@ from autograder.course import (
     read_notebook,
 )
 from autograder.demo import mismatches_of
-from autograder.execute import STORE
+from autograder.execute import STORE, Execute
 from autograder.feedback import REDACTED
 from autograder.grade import grade
+from autograder.intake import Submission
 from autograder.samples import samples, write_download
+from grader_memory import PeakMemory
 from hostile.malformed_notebooks import MALFORMED
 
 ASSIGNMENT = "01_tensors"
@@ -41,6 +46,7 @@ REFERENCE = next(s for s in ALL if s.student_id == "reference")
 SCORED = [s for s in ALL if s.student_id.startswith("scored_")]
 LEAKS = [s for s in ALL if s.student_id.startswith("leaks_")]
 INJECTORS = [s for s in ALL if s.student_id.startswith("html_")]
+FLOODS = [s for s in ALL if s.student_id.startswith("floods_")]
 ATTACKERS = [s for s in ALL if s.student_id.startswith("cross_")]
 """Graded first (student ids sort first, one worker), before every other sample of the run."""
 FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_bytes"]
@@ -48,17 +54,25 @@ FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def grading_run(tmp_path_factory):
+    """The course, the results by student id, and the peak memory of the grader's processes."""
     scratch = tmp_path_factory.mktemp("hostile")
     course = copy_course(Course(ROOT), scratch / "course")
-    download = write_download([REFERENCE, *SCORED, *LEAKS, *INJECTORS, *ATTACKERS], scratch / "download")
+    download = write_download([REFERENCE, *SCORED, *LEAKS, *INJECTORS, *ATTACKERS, *FLOODS], scratch / "download")
     release = nbformat.read(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     for name in FILES:
         path = download / f"malformed_{name}" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
         path.parent.mkdir(parents=True)
         path.write_bytes(MALFORMED[name](release))
-    grading = grade(course, download, workers=1)
-    return course, {result.student_id: result for result in grading.results}
+    with PeakMemory() as memory:
+        grading = grade(course, download, workers=1)
+    return course, {result.student_id: result for result in grading.results}, memory
+
+
+@pytest.fixture(scope="module")
+def graded(grading_run):
+    course, results, _ = grading_run
+    return course, results
 
 
 def test_there_are_self_scorers():
@@ -100,9 +114,50 @@ def test_a_leak_of_the_hidden_tests_reaches_no_feedback_page(graded, sample):
 def test_cross_student_attackers_graded_first_harm_nobody_after_them(graded):
     _, results = graded
     assert ATTACKERS and min(results) == ATTACKERS[0].student_id  # the first graded by the one worker
-    wrong = [line for sample in [*ATTACKERS, REFERENCE, *SCORED, *LEAKS, *INJECTORS]
+    wrong = [line for sample in [*ATTACKERS, REFERENCE, *SCORED, *LEAKS, *INJECTORS, *FLOODS]
              for line in mismatches_of(results[sample.student_id], sample)]
     assert wrong == []
+
+
+@pytest.mark.parametrize("sample", FLOODS, ids=[s.student_id for s in FLOODS])
+def test_an_output_flood_loses_its_cells_and_stays_within_the_output_limits(graded, sample):
+    course, results = graded
+    assert mismatches_of(results[sample.student_id], sample) == []
+    stored = course.root / "autograded" / sample.student_id / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    page = course.root / "feedback" / sample.student_id / ASSIGNMENT / f"{ASSIGNMENT}.html"
+    cells = autograded_cell_count()
+    limit = Execute.max_notebook_output_bytes.default_value + cells * Execute.max_output_bytes.default_value
+    sizes = {"autograded": stored.stat().st_size, "feedback": page.stat().st_size}
+    assert max(sizes.values()) < limit + REFERENCE_NOTEBOOK_BYTES, sizes
+
+
+def test_the_graders_own_memory_stays_under_its_bound_whatever_the_kernels_send(grading_run):
+    """README, "Limits": each process of the grader stays under GRADER_MEMORY_BOUND; measured (VmHWM of every
+    grading process, polled) over the whole run, output floods included."""
+    _, _, memory = grading_run
+    command, peak = memory.largest
+    print(f"largest peak of a grading process: {peak / 2**20:.0f} MiB ({command})")
+    assert 0 < peak < GRADER_MEMORY_BOUND, f"{peak / 2**20:.0f} MiB: {command}"
+
+
+GRADER_MEMORY_BOUND = 1 * 2**30
+"""The bound README states for each grading process."""
+REFERENCE_NOTEBOOK_BYTES = 2 * 2**20
+"""Room for what a notebook holds besides its outputs (cells, metadata) and feedback's page around them."""
+
+
+def autograded_cell_count():
+    """How many autograded test cells the release has (each has its own output limit)."""
+    release = read_notebook(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    return sum(is_autograder_tests(cell) for cell in release.cells)
+
+
+def test_a_kernel_that_breached_its_isolation_leaves_no_stored_execution(graded):
+    """The attackers' kernels left processes that the clean-up killed: what they executed is not kept for reuse
+    (the batch says so, nbgrader executed them again); honest executions are kept."""
+    course, _ = graded
+    assert [s.student_id for s in ATTACKERS if stored_executions(course, s)] == []
+    assert len(stored_executions(course, REFERENCE)) == 1
 
 
 def test_an_honest_feedback_page_loses_no_output_and_the_reference_full_marks(graded):
@@ -149,15 +204,20 @@ HIDDEN_LINES = hidden_test_lines()
 
 def stored_execution(course, sample):
     """The notebook the batch executed for ``sample`` (the kernel's outputs, before the verdict)."""
+    executed = stored_executions(course, sample)
+    assert len(executed) == 1
+    return executed[0]
+
+
+def stored_executions(course, sample):
+    """The notebooks stored in ``executed/`` with the answers of ``sample``."""
     answers = solutions(sample.notebook)
-    executed = [
+    return [
         notebook
         for path in sorted((course.root / STORE).glob("*.ipynb"))
         for notebook in [nbformat.read(path, as_version=4)]
         if solutions(notebook) == answers
     ]
-    assert len(executed) == 1
-    return executed[0]
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -165,7 +225,7 @@ def test_a_malformed_file_is_one_invalid_notebook_and_the_batch_is_graded(graded
     _, results = graded
     result = results[f"malformed_{name}"]
     assert result.status == "invalid notebook" and result.score == 0 and result.tasks
-    assert len(results) == 1 + len(SCORED) + len(LEAKS) + len(INJECTORS) + len(ATTACKERS) + len(FILES)
+    assert len(results) == 1 + len(SCORED) + len(LEAKS) + len(INJECTORS) + len(ATTACKERS) + len(FLOODS) + len(FILES)
 
 
 def solutions(notebook):
@@ -230,3 +290,18 @@ def alive(pid: int) -> bool:
     except (OSError, StopIteration):
         return False
     return "Z" not in state.split(":", 1)[1].split()[0]
+
+
+def test_no_cache_executes_an_honest_notebook_again(graded):
+    """The reference's execution is stored by the first run; executed again by the batch with ``no_cache`` (what
+    ``grade --no-cache`` asks), it runs again, its reference records too, and is stored afresh."""
+    course, _ = graded
+    stored = {path: path.stat().st_mtime_ns for path in (course.root / STORE).glob("*.ipynb")}
+    before = stored_executions(course, REFERENCE)
+    submitted = course.root / "submitted" / "reference" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    fresh = batch.execute(
+        course, [Submission("reference", ASSIGNMENT, submitted, "reference")], isolated=True, workers=1, no_cache=True
+    )
+    assert len(before) == 1 and (fresh.executed, fresh.stored, fresh.breached) == (1, 0, [])
+    rewritten = [path for path, mtime in stored.items() if path.stat().st_mtime_ns != mtime]
+    assert len(rewritten) == 1 and len(stored_executions(course, REFERENCE)) == 1

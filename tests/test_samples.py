@@ -4,7 +4,7 @@ import pytest
 
 from autograder import samples as samples_module
 from autograder.course import ROOT, Course, CourseError, is_solution
-from autograder.samples import samples
+from autograder.samples import HOSTILE_DIR, VARIANT_FILES, samples
 
 
 def test_reference_is_release_with_the_source_solutions():
@@ -47,7 +47,7 @@ def test_a_valid_alternative_must_keep_every_point(monkeypatch):
         samples(course, assignment_id)
 
 
-def test_the_demo_summary_counts_samples_that_graded_as_they_must():
+def test_the_demo_summary_counts_samples_that_graded_as_they_must_each_hostile_class_on_its_own():
     from autograder.demo import summary
 
     problems = {
@@ -56,12 +56,19 @@ def test_the_demo_summary_counts_samples_that_graded_as_they_must():
         ("wrong_y", "02_b"): [],
         ("valid_z", "02_b"): [],
         ("stops_w", "02_b"): ["has status failed"],
+        ("cross_v", "02_b"): [],
     }
-    lines = summary(["01_a", "02_b"], problems).splitlines()
-    assert lines[0].split("  ")[0] == "assignment"
-    assert lines[2].split() == ["01_a", "1/1", "0/0", "0/1", "0/0", "0/0", "0/0", "0/0"]
-    assert lines[3].split() == ["02_b", "0/0", "0/0", "1/1", "0/0", "0/1", "0/0", "1/1"]
-    assert lines[4].split() == ["total", "1/1", "0/0", "1/2", "0/0", "0/1", "0/0", "1/1"]
+    header, _, *rows = summary(["01_a", "02_b"], problems).splitlines()
+    titles = header.split("  ")
+    columns = [dict(zip([t.strip() for t in titles if t.strip()], row.split(), strict=True)) for row in rows]
+    hostile = [table for folder, table in VARIANT_FILES.values() if folder == HOSTILE_DIR]
+    assert [t.strip() for t in titles if t.strip()][4:-1] == hostile
+    assert [c["assignment"] for c in columns] == ["01_a", "02_b", "total"]
+    assert [c["wrong answers caught"] for c in columns] == ["0/1", "1/1", "1/2"]
+    assert [c["stops_kernel"] for c in columns] == ["0/0", "0/1", "0/1"]
+    assert [c["harms_others"] for c in columns] == ["0/0", "1/1", "1/1"]
+    assert [c["valid alternatives kept"] for c in columns] == ["0/0", "1/1", "1/1"]
+    assert [c["hostile"] for c in columns] == ["0/0"] * 3
 
 
 def test_the_default_demo_grades_a_wrong_answer_per_graded_cell_one_valid_alternative_and_every_hostile_sample():

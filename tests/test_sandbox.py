@@ -12,11 +12,11 @@ import sys
 import uuid
 
 import pytest
-from executed_cells import SETUP, SHOW_STATE, enames, printed, run
+from executed_cells import SETUP, SHOW_STATE, enames, printed, run, run_with_executor
 
 from autograder import sandbox
 from autograder.course import ROOT
-from autograder.execute import Execute
+from autograder.execute import DROPPED, Execute
 
 PROBLEM = sandbox.problem()
 FORKS = os.geteuid() == 0
@@ -196,3 +196,109 @@ def test_each_forked_kernel_has_its_own_network_mounts_and_tmp():
         "print(socket.create_connection(listening.getsockname()).getpeername()[0])"
     )
     assert printed(run(SETUP, look)[1]) == "2\nFalse\n127.0.0.1\n"
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_a_forked_kernel_that_left_a_process_is_reported_breached_and_an_honest_one_is_not():
+    """The server's clean-up reports the processes it had to kill; the executor says the kernel breached its
+    isolation (the batch then stores nothing of it), counting the processes of every kernel of the notebook (a
+    restart replays the cell that left one)."""
+    leave = "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)"
+    _, honest = run_with_executor(SETUP, SHOW_STATE)
+    _, left = run_with_executor(SETUP, leave, SHOW_STATE)
+    _, left_then_died = run_with_executor(SETUP, leave, "os._exit(1)", SHOW_STATE)
+    assert honest.breach is None
+    assert left.breach == "1 process(es) of the kernel outlived it and were killed by the clean-up"
+    assert left_then_died.breach.startswith("2 process(es)")  # one per kernel: the replay after the restart left one
+
+
+SEND = (
+    "from IPython import get_ipython\n"
+    "kernel = get_ipython().kernel\n"
+    "def send(kind, content):\n"
+    "    kernel.session.send(kernel.iopub_socket, kind, content, parent=kernel.get_parent('shell'))\n"
+)
+"""A cell's helper that sends raw IOPub messages as the current cell's outputs (what a kernel can always do)."""
+
+
+def test_every_output_type_counts_against_the_limits_and_a_message_over_the_size_limit_is_never_kept():
+    """A hundred 2 MB errors keep one cell's limit (and the cell shows its error); a display whose id is shown
+    a hundred times, then updated with 1 MB, is not multiplied; a 64 MiB display (over the 16 MiB message limit)
+    is dropped unread, the cell saying why; the kernel and its state go on."""
+    cell_limit = Execute.max_output_bytes.default_value
+    errors = SEND + (
+        "for _ in range(100):\n"
+        "    send('error', {'ename': 'Flood', 'evalue': 'v' * 2_000_000, 'traceback': ['t' * 10_000] * 200})"
+    )
+    shown = "from IPython.display import display\nfor _ in range(100):\n    display('small', display_id='same')"
+    update = "display('u' * 2**20, display_id='same', update=True)"
+    huge = SEND + "send('display_data', {'data': {'text/plain': 'x' * (64 * 2**20)}, 'metadata': {}})"
+    cells = run(SETUP, errors, SHOW_STATE, shown, update, huge, SHOW_STATE, timeout=30)
+    _, flooded, after_flood, displays, _, dropped, after_drop = cells
+    assert len(str(flooded.outputs)) < cell_limit * 1.01 and enames(flooded) == ["Flood"]
+    assert "output past the grader's limit dropped" in printed(flooded)
+    assert len(str(displays.outputs)) < cell_limit * 1.01 and "small" in str(displays.outputs)
+    assert enames(dropped) == ["CellTimeoutError"] and dropped.outputs[-1].evalue == DROPPED
+    assert len(str(dropped.outputs)) < 2000
+    assert printed(after_flood) == printed(after_drop) == "kept\n"
+
+
+def test_a_kernels_working_folder_is_bounded_in_bytes_and_forked_in_files(tmp_path, fork):
+    """Its folder is a tmpfs of its own (here 32 MiB and, forked, 100 files), holding a copy of the folder's files:
+    files that fit no more (each under the file-size limit) and, forked, one file too many fail; the kernel goes on.
+    In a sandbox of its own, bwrap sets no inode count: the tmpfs default applies (README, "Limits")."""
+    (tmp_path / "checks.py").write_text("HELPER = 'copied'\n")
+    limits = {"work_bytes": 32 * 2**20, "work_files": 100}
+    setup, listing, big, many, state = run(
+        SETUP,
+        "print(sorted(os.listdir('.')), os.stat('checks.py').st_uid == os.getuid())\n"
+        "import checks\nprint(checks.HELPER)",
+        "for number in range(8):\n    open(f'big{number}.bin', 'wb').write(bytes(8 * 2**20))",
+        "for number in range(200):\n    open(f'small{number}.txt', 'w').close()",
+        SHOW_STATE,
+        folder=tmp_path,
+        fork=fork,
+        sandbox=limits,
+    )
+    assert printed(listing) == "['checks.py'] True\ncopied\n"
+    assert enames(big) == ["OSError"] and "No space left on device" in str(big.outputs)
+    assert enames(many) == (["OSError"] if fork else [])
+    assert "No space left on device" in str(many.outputs) or not fork
+    assert printed(state) == "kept\n"
+
+
+def test_memory_that_rlimit_data_misses_kills_a_kernel_past_its_limit(fork):
+    """Shared anonymous mmap, memory files and, forked, System V shared memory (none of them counted by
+    RLIMIT_DATA), each 2 GiB written by a kernel limited to 1.5 GiB: the fork server (or, for a kernel in a sandbox
+    of its own, its manager) kills the kernel, the cell says it died, the kernel comes back with its state."""
+    shared = (
+        "import mmap\nblock = mmap.mmap(-1, 2 * 2**30)\n"
+        "for start in range(0, 2 * 2**30, 2**24):\n    block[start:start + 2**24] = bytes(2**24)"
+    )
+    files = "kept = [os.memfd_create(str(n)) for n in range(40)]\nfor fd in kept:\n    os.write(fd, bytes(50 * 2**20))"
+    sysv = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.shmat.restype = ctypes.c_void_p\n"
+        "for _ in range(8):\n"
+        "    segment = libc.shmget(0, 2**28, 0o1600)\n"  # IPC_PRIVATE, IPC_CREAT | 0600
+        "    address = libc.shmat(segment, None, 0)\n"
+        "    ctypes.memset(address, 1, 2**28)\n"
+        "    libc.shmdt(ctypes.c_void_p(address))"
+    )
+    limit = {"memory_bytes": 3 * 2**29}
+    attacks = [shared, files, sysv] if fork else [shared, files]  # System V: seen from the fork server only
+    cells = run(SETUP, *[c for a in attacks for c in (a, SHOW_STATE)], timeout=60, fork=fork, sandbox=limit)
+    assert [enames(cell) for cell in cells[1::2]] == [["DeadKernelError"]] * len(attacks)
+    assert [printed(cell) for cell in cells[2::2]] == ["kept\n"] * len(attacks)
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_a_restarted_kernel_keeps_its_working_folder_and_the_next_notebook_gets_a_fresh_one(tmp_path):
+    """The server mounts a notebook's working folder once: a restart finds what the kernel wrote there, the next
+    notebook run in a folder of the same name (the next student's) finds only its own files."""
+    (tmp_path / "checks.py").write_text("HELPER = 'copied'\n")
+    write = "open('written.txt', 'w').write('by the first notebook')"
+    after_restart = run(SETUP, write, "os._exit(1)", "print(sorted(os.listdir('.')))", folder=tmp_path)[-1]
+    next_notebook = run(SETUP, "print(sorted(os.listdir('.')))", folder=tmp_path)[-1]
+    assert printed(after_restart) == "['checks.py', 'written.txt']\n"
+    assert printed(next_notebook) == "['checks.py']\n"
