@@ -294,7 +294,7 @@ TMP_BYTES = 256 * 2**20
 """Size of each forked kernel's own /tmp (memory-backed), as a kernel in a sandbox of its own has."""
 
 CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000, 0x40000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -336,6 +336,11 @@ _work_folders: list[str] = []
 
 MNT_DETACH = 0x2
 
+GRADER_FILES = ("checks.py",)
+"""Files of the working folder that are the grader's (the check helpers the test cells import): bound read-only,
+so no kernel can write, replace or remove them, and a restarted kernel replaying the cells imports the grader's
+copy, not one a student's code left there."""
+
 
 def _work_folder(folder: str, uid: int, size: int, files: int) -> None:
     """In the server, for a notebook's first kernel: detach the working folders mounted for earlier notebooks, then
@@ -344,7 +349,7 @@ def _work_folder(folder: str, uid: int, size: int, files: int) -> None:
     one notebook (a restart) share that tmpfs and what they wrote there; the next notebook gets a fresh one.
 
     So what a kernel writes in its folder is bounded in bytes and in files (a tmpfs's inode count cannot be set
-    through bwrap).
+    through bwrap), and the :data:`GRADER_FILES` in it are bound read-only.
 
     Raises:
         OSError: a mount fails, or the folder's files do not fit.
@@ -365,6 +370,13 @@ def _work_folder(folder: str, uid: int, size: int, files: int) -> None:
     for parent, folders, names in os.walk(folder):
         for name in [*folders, *names]:
             os.lchown(os.path.join(parent, name), uid, uid)
+    for name in GRADER_FILES:
+        path = os.path.join(folder, name).encode()
+        if os.path.isfile(path) and not os.path.islink(path):
+            for flags in (MS_BIND, MS_BIND | MS_REMOUNT | MS_RDONLY):
+                if libc.mount(path, path, None, flags, None) != 0:
+                    number = ctypes.get_errno()
+                    raise OSError(number, f"bind {name} read-only: {os.strerror(number)}")
 
 
 def _kernel(connection: socket.socket, request: dict) -> None:

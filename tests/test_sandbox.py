@@ -302,3 +302,19 @@ def test_a_restarted_kernel_keeps_its_working_folder_and_the_next_notebook_gets_
     next_notebook = run(SETUP, "print(sorted(os.listdir('.')))", folder=tmp_path)[-1]
     assert printed(after_restart) == "['checks.py', 'written.txt']\n"
     assert printed(next_notebook) == "['checks.py']\n"
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_a_forked_kernel_cannot_rewrite_the_check_helpers_for_the_cells_replayed_after_a_restart(tmp_path):
+    """``checks.py`` is the grader's: bound read-only in the working folder, so a kernel can neither write it, nor
+    replace or remove it, and a restarted kernel imports the grader's copy, not one the student left."""
+    (tmp_path / "checks.py").write_text("HELPER = 'graders'\n")
+    attacks = [
+        "open('checks.py', 'w').write('HELPER = \"forged\"')",
+        "os.replace(open('forged.py', 'w').name, 'checks.py')",
+        "os.remove('checks.py')",
+        "os.chmod('checks.py', 0o777)",
+    ]
+    cells = run(SETUP, *attacks, "os._exit(1)", "import checks; print(checks.HELPER)", folder=tmp_path)
+    assert [enames(cell) for cell in cells[1 : 1 + len(attacks)]] == [["OSError"]] * len(attacks)
+    assert printed(cells[-1]) == "graders\n"
