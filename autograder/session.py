@@ -135,7 +135,10 @@ class Session:
     def close(self) -> None:
         """Let the process finish what was asked, then end it."""
         with self._lock, contextlib.suppress(BrokenPipeError):  # a process already gone has nothing left to do
+            pending = list(self._pending)
             self._process.stdin.close()
+        concurrent.futures.wait(pending)
+        self._process.kill()  # every request is answered: only the interpreter's teardown is left (0.5 s and more)
         self._reader.join()
         self._replies.close()
         self._log.close()
