@@ -102,8 +102,12 @@ def execute(
     scheduler: str | None = None,
     no_cache: bool = False,
     progress: Callable[[str], None] = lambda line: None,
+    ready: Callable[[Submission], None] = lambda submission: None,
 ) -> BatchRun:
     """Execute the notebooks of ``submissions`` (placed in submitted/) and store them for nbgrader autograde.
+
+    ``ready`` is called (in this thread) with each submission as soon as its notebooks and its assignment's
+    reference run are stored or have failed here, so that nbgrader can take it while others still execute.
 
     ``workers``: local worker processes (default :func:`default_workers`);
     ``scheduler``: the address of a Dask distributed scheduler
@@ -121,7 +125,8 @@ def execute(
     settings = Execute(config=Config(config)).settings()
     store = course.root / STORE
     store.mkdir(exist_ok=True)
-    jobs = [job for submission in submissions for job in jobs_of(course, submission, config, settings)]
+    jobs_by_submission = [jobs_of(course, submission, config, settings) for submission in submissions]
+    jobs = [job for found in jobs_by_submission for job in found]
     if no_cache:
         assignment_ids = {submission.assignment_id for submission in submissions}
         for path in [stored_path(course.root, job.key) for job in jobs]:
@@ -136,35 +141,52 @@ def execute(
     stored = sum(job.key in done_before for job in jobs)
     if stored:
         progress(f"{stored} notebook(s) already executed by an earlier run: kept")
+    waiting = []  # (submission, what it waits for: its notebooks' keys and its reference, not yet stored)
+    for submission, found in zip(submissions, jobs_by_submission):
+        keys = {job.key for job in found if job.key not in done_before}
+        waiting.append((submission, keys | ({submission.assignment_id} & set(references))))
     failed: list[str] = []
     breached: list[str] = []
     executed = 0
+
+    def finished(name: str) -> None:
+        for submission, pending in waiting:
+            if name in pending:
+                pending.discard(name)
+                if not pending:
+                    ready(submission)
+
+    for submission, pending in waiting:
+        if not pending:
+            ready(submission)
     with _executors(workers, scheduler) as (local, remote):
-        futures: dict[concurrent.futures.Future, tuple[str, Path]] = {
+        futures: dict[concurrent.futures.Future, tuple[str, Path, str]] = {
             local.submit(_reference_json, str(course.root), assignment_id, isolated): (
                 f"reference of {assignment_id}",
                 verdict.stored_reference(course, assignment_id),
+                assignment_id,
             )
             for assignment_id in references
         }
         for job in todo:
-            futures[remote.submit(run, job)] = (job.label, stored_path(course.root, job.key))
+            futures[remote.submit(run, job)] = (job.label, stored_path(course.root, job.key), job.key)
         with tqdm(total=len(futures), desc="executing", unit="notebook", file=sys.stderr, disable=None) as bar:
             for future in concurrent.futures.as_completed(futures):
-                label, target = futures[future]
+                label, target, name = futures[future]
                 bar.update()
                 try:
                     text, breach = future.result()
                 except Exception as error:  # a worker lost, a kernel that cannot start: nbgrader executes it
                     failed.append(f"{label}: {type(error).__name__}: {error}")
                     progress(f"not executed ahead (nbgrader will): {failed[-1]}")
-                    continue
-                executed += target.suffix == ".ipynb"
-                if breach:
-                    breached.append(f"{label}: {breach}")
-                    progress(f"not stored, its kernel breached its isolation (nbgrader runs it again): {breached[-1]}")
-                    continue
-                _write_atomically(target, text)
+                else:
+                    executed += target.suffix == ".ipynb"
+                    if breach:
+                        breached.append(f"{label}: {breach}")
+                        progress(f"not stored, its kernel breached its isolation (nbgrader runs it again): {breached[-1]}")
+                    else:
+                        _write_atomically(target, text)
+                finished(name)
     return BatchRun(executed=executed, stored=stored, failed=failed, breached=breached)
 
 

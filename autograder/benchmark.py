@@ -14,9 +14,11 @@ placed submissions (set up untimed). Timed:
 - **stock**: ``nbgrader autograde "*"`` with nbgrader's own autograde
   preprocessors and ``Execute`` (kernels as plain processes, graceful
   shutdown), one notebook at a time;
-- **ours**: what ``grade`` does for the same result: the batch
-  (:mod:`autograder.batch`, kernels in the sandbox unless ``isolated`` is
-  False) and then ``nbgrader autograde "*"`` with the course's preprocessors.
+- **ours**: what ``grade`` does for the same result
+  (:class:`autograder.session.Passes` without feedback): the
+  batch (:mod:`autograder.batch`, kernels in the sandbox unless ``isolated``
+  is False), each submission autograded, as soon as it is executed, by one
+  nbgrader process with the course's preprocessors.
 
 Then every grade cell's score in the two gradebooks is compared.
 """
@@ -34,7 +36,7 @@ import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.converters import Autograde
 
-from . import batch, intake, sandbox
+from . import intake, session
 from .course import Course, CourseError, copy_course, nbgrader_failure, run_nbgrader
 from .grade import update_gradebook
 from .samples import Sample, samples, write_download
@@ -95,12 +97,14 @@ def benchmark(
         ours, submissions = _placed(course, Path(scratch) / "ours", download)
         progress(f"stock nbgrader autograde of {students} students x {len(course.assignment_ids())} notebooks")
         started = time.monotonic()
-        _autograde(stock, env={})
+        process = run_nbgrader(stock, "autograde", "*")
+        if process.returncode != 0:
+            raise nbgrader_failure(process, "stock nbgrader autograde")
         stock_seconds = time.monotonic() - started
-        progress("ours: the batch, then nbgrader autograde")
+        progress("ours: the batch, each submission autograded by one nbgrader process as soon as it is executed")
         started = time.monotonic()
-        batch.execute(ours, submissions, isolated=isolated, workers=workers, progress=progress)
-        _autograde(ours, env={} if isolated else {sandbox.DISABLED_ENV: "1"})
+        with session.Passes(ours, isolated=isolated, workers=workers, feedback=False) as nbgrader:
+            nbgrader.run(submissions, progress=progress)
         ours_seconds = time.monotonic() - started
         stock_scores, our_scores = scores(stock), scores(ours)
     differences = [
@@ -154,9 +158,3 @@ def _placed(
         for submission in found.submissions:
             intake.place(scratch, submission, release=releases[submission.assignment_id])
     return scratch, found.submissions
-
-
-def _autograde(course: Course, *, env: dict[str, str]) -> None:
-    process = run_nbgrader(course, "autograde", "*", env=env)
-    if process.returncode != 0:
-        raise nbgrader_failure(process, f"nbgrader autograde in {course.root.name}")

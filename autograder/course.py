@@ -124,17 +124,11 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def run_nbgrader(course: Course, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``nbgrader ARGS`` in the course directory with this interpreter; never raises on failure.
-
-    ``env`` adds to (or overrides) this process's environment.
-
-    Returns the completed process (stdout and stderr captured as text).
-    """
-    command = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course.root}"]
-    # nbgrader runs the `alembic` command from PATH: use this environment's.
+def nbgrader_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment nbgrader runs in: this process's, with this interpreter's commands first on ``PATH`` (nbgrader
+    runs ``alembic`` from it), the course's package importable (nbgrader_config.py names its preprocessors), hash
+    seed 0, no ``MPLBACKEND``; ``env`` adds to (or overrides) it."""
     bin_dir = str(Path(sys.executable).parent)
-    # nbgrader_config.py names the course's preprocessors (autograder.feedback): make them importable.
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     environment = {
         **os.environ,
@@ -144,10 +138,18 @@ def run_nbgrader(course: Course, *args: str, env: dict[str, str] | None = None) 
         **(env or {}),
     }
     environment.pop("MPLBACKEND", None)
+    return environment
+
+
+def run_nbgrader(course: Course, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``nbgrader ARGS`` in the course directory with this interpreter; never raises on failure.
+
+    ``env``: see :func:`nbgrader_environment`. Returns the completed process (stdout and stderr captured as text).
+    """
     return subprocess.run(
-        command,
+        [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course.root}"],
         cwd=course.root,
-        env=environment,
+        env=nbgrader_environment(env),
         capture_output=True,
         text=True,
         check=False,

@@ -6,11 +6,13 @@ read, every file in the manifest, each student mapped to a course id, each
 chosen notebook validated and normalised to that release, in submitted/; see
 :mod:`autograder.intake` and :mod:`autograder.structure`) -> every student of
 the download in the gradebook -> the batch (every notebook executed
-concurrently, :mod:`autograder.batch`) -> ``nbgrader autograde`` (takes the
-batch's outputs) -> ``nbgrader generate_feedback`` -> ``nbgrader export``
-(grades.csv, quoted by :class:`autograder.report.QuotedCsvExport`) -> per-task
-results (task_results.csv) from the gradebook. The manifest (manifest.csv) and
-the student ids (student_ids.csv) are written beside them.
+concurrently, :mod:`autograder.batch`), while one nbgrader process
+(:mod:`autograder.session`) autogrades each submission as soon as its
+notebooks are executed (taking the batch's outputs) and others generate its
+feedback -> export (grades.csv, quoted by
+:class:`autograder.report.QuotedCsvExport`) -> per-task results
+(task_results.csv) from the gradebook. The manifest (manifest.csv) and the
+student ids (student_ids.csv) are written beside them.
 """
 
 from __future__ import annotations
@@ -24,12 +26,10 @@ from pathlib import Path
 import nbformat
 from nbgrader.api import Gradebook
 
-from . import batch, intake, report, sandbox
-from .course import Course, CourseError, generate_assignment, nbgrader_failure, read_notebook, run_nbgrader
-
-PER_SUBMISSION_ERROR = "There was an error processing assignment"
-"""How nbgrader's log starts the report of a submission it skipped (it goes on with the others)."""
-
+from . import intake, report, sandbox, session
+from .batch import BatchRun
+from .course import Course, CourseError, generate_assignment, read_notebook
+from .session import PER_SUBMISSION_ERROR
 
 NOT_ISOLATED = "graded without isolation (--no-sandbox)"
 """The note every result of a run without the sandbox carries."""
@@ -46,7 +46,7 @@ class Grading:
     grades_csv: Path
     task_results_csv: Path
     feedback: Path
-    batch: batch.BatchRun
+    batch: BatchRun
 
 
 def grade(
@@ -91,41 +91,23 @@ def grade(
             f"{reason}.\nGrading runs every student's kernel in a sandbox. To grade without isolation "
             "(students' code then runs with your rights and can read the hidden tests), pass --no-sandbox."
         )
-    env = {} if isolated else {sandbox.DISABLED_ENV: "1"}
     release = functools.cache(functools.partial(update_gradebook, course))
     options = {"format": format, "roster": roster, "assignment": assignment}
-    with intake.opened(download, course=course, release=release, **options) as found:
-        if not found.submissions:
-            raise _nothing_to_grade(download, found)
-        for submission in found.submissions:
-            intake.place(course, submission, release=release(submission.assignment_id))
-    manifest_csv, student_ids_csv = course.root / "manifest.csv", course.root / "student_ids.csv"
-    intake.write_manifest(found.manifest, manifest_csv)
-    intake.write_mapping(found.mappings, student_ids_csv)
-    _enrol(course, found)
-
-    executed = batch.execute(
-        course,
-        found.submissions,
-        isolated=isolated,
-        workers=workers,
-        scheduler=scheduler,
-        no_cache=no_cache,
-        progress=progress,
-    )
-    # One nbgrader process for all assignments ("*"); submissions already autograded are skipped by nbgrader.
-    progress("nbgrader autograde")
-    autograde = run_nbgrader(course, "autograde", "*", env=env)
-    if autograde.returncode != 0 and PER_SUBMISSION_ERROR not in autograde.stdout + autograde.stderr:
-        raise nbgrader_failure(autograde, "nbgrader autograde")
-    progress("nbgrader generate_feedback")
-    feedback = run_nbgrader(course, "generate_feedback", "*", env=env)
-    log = autograde.stdout + autograde.stderr + feedback.stdout + feedback.stderr
-
     grades_csv = course.root / "grades.csv"
-    export = run_nbgrader(course, "export", f"--to={grades_csv}")
-    if export.returncode != 0:
-        raise nbgrader_failure(export, "nbgrader export")
+    # nbgrader's processes start now, while the download is read and placed.
+    with session.Passes(course, isolated=isolated, workers=workers, feedback=True) as nbgrader:
+        with intake.opened(download, course=course, release=release, **options) as found:
+            if not found.submissions:
+                raise _nothing_to_grade(download, found)
+            for submission in found.submissions:
+                intake.place(course, submission, release=release(submission.assignment_id))
+        manifest_csv, student_ids_csv = course.root / "manifest.csv", course.root / "student_ids.csv"
+        intake.write_manifest(found.manifest, manifest_csv)
+        intake.write_mapping(found.mappings, student_ids_csv)
+        _enrol(course, found)
+        passes = nbgrader.run(
+            found.submissions, scheduler=scheduler, no_cache=no_cache, progress=progress, export_to=grades_csv
+        )
 
     results = report.collect(course, found.submissions)
     graded = {result.student_id for result in results}
@@ -142,7 +124,7 @@ def grade(
     for result in results:
         if result.status == "not graded":
             submitted = course.root / "submitted" / result.student_id / result.assignment_id
-            result.notes.append(_log_excerpt(log, submitted))
+            result.notes.append(_log_excerpt(passes.log, submitted))
         if not isolated:
             result.notes.append(NOT_ISOLATED)
     task_results_csv = course.root / "task_results.csv"
@@ -155,7 +137,7 @@ def grade(
         grades_csv=grades_csv,
         task_results_csv=task_results_csv,
         feedback=course.root / "feedback",
-        batch=executed,
+        batch=passes.batch,
     )
 
 

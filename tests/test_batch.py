@@ -15,6 +15,7 @@ import nbformat
 import pytest
 from distributed import Client
 
+from autograder import batch
 from autograder.benchmark import benchmark, scores
 from autograder.course import ROOT, Course, copy_course, grade_id, is_autograder_tests
 from autograder.execute import STORE
@@ -66,6 +67,21 @@ def test_nbgrader_takes_the_batchs_outputs_and_a_rerun_executes_only_what_is_mis
     assert (again.batch.executed, again.batch.stored) == (1, 2)
     changed = {key: score for key, score in scores(course).items() if score != first[key]}
     assert list(changed) == [("s0", course.assignment_ids()[0], grade_id(test_cell))]  # s0: the reference
+
+
+def test_each_submission_is_ready_for_nbgrader_as_soon_as_its_notebooks_are_stored(graded_locally, tmp_path):
+    """A rerun with one notebook to execute again: the two others are handed on before it runs, it after."""
+    graded, grading = graded_locally
+    course = Course(Path(shutil.copytree(graded.root, tmp_path / "course", symlinks=True)))
+    sorted((course.root / STORE).glob("*.ipynb"))[0].unlink()
+    stored_when_ready = {}
+
+    def ready(submission):
+        stored_when_ready[submission.student_id] = len(list((course.root / STORE).glob("*.ipynb")))
+
+    run = batch.execute(course, grading.intake.submissions, isolated=True, workers=1, ready=ready)
+    assert (run.executed, run.stored) == (1, 2)
+    assert sorted(stored_when_ready.values()) == [2, 2, 3] and len(stored_when_ready) == 3
 
 
 def test_a_dask_cluster_grades_as_local_workers_do(graded_locally, download, tmp_path):
