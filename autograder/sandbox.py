@@ -567,15 +567,23 @@ STAGING = Path("/home/.copied")
 """Where a kernel in a sandbox of its own sees its folder's original files (read-only), copied into its working
 folder (a tmpfs) before it starts (:data:`COPY_IN`)."""
 
-COPY_IN = ["sh", "-c", 'cp -R "$0"/. . && exec "$@"']
+COPY_IN = [
+    "sh",
+    "-c",
+    'cd "$0" && find . -mindepth 1 -maxdepth 1 '
+    + " ".join(f"! -name {name}" for name in forkserver.GRADER_FILES)
+    + ' -exec cp -R -t "$OLDPWD" {} + && cd "$OLDPWD" && exec "$@"',
+]
 """The command, run as the kernel's user before the kernel, that copies the folder at ``$0`` into the working
-directory and runs the rest of the command line."""
+directory (but the :data:`~autograder.forkserver.GRADER_FILES`, bound read-only there) and runs the rest of the
+command line."""
 
 
 def _filesystem_args(work: Path, inside: Path, size: int | None = None) -> list[str]:
     """Read-only system folders and Python, a private /tmp, /proc and /dev, ``work`` bound read-write at ``inside``;
     with ``size``, ``work`` is bound read-only at ``STAGING/<inside's name>`` and ``inside`` is a tmpfs of
-    ``size`` bytes instead, for :data:`COPY_IN` to fill."""
+    ``size`` bytes instead, for :data:`COPY_IN` to fill, with ``work``'s
+    :data:`~autograder.forkserver.GRADER_FILES` bound read-only in it."""
     args: list[str] = []
     for folder in SYSTEM_DIRS:
         if os.path.islink(folder):
@@ -594,7 +602,11 @@ def _filesystem_args(work: Path, inside: Path, size: int | None = None) -> list[
         return [*args, *_parents(str(inside)), "--bind", str(work), str(inside), "--chdir", str(inside)]
     staging = str(STAGING / inside.name)
     args += [*_parents(staging), "--ro-bind", str(work), staging, *_parents(str(inside))]
-    return [*args, "--perms", "0777", "--size", str(size), "--tmpfs", str(inside), "--chdir", str(inside)]
+    args += ["--perms", "0777", "--size", str(size), "--tmpfs", str(inside)]
+    for name in forkserver.GRADER_FILES:  # the grader's, bound read-only: a kernel cannot write or replace them
+        if (work / name).is_file() and not (work / name).is_symlink():
+            args += ["--ro-bind", str(work / name), str(inside / name)]
+    return [*args, "--chdir", str(inside)]
 
 
 def _parents(path: str) -> list[str]:

@@ -304,8 +304,7 @@ def test_a_restarted_kernel_keeps_its_working_folder_and_the_next_notebook_gets_
     assert printed(next_notebook) == "['checks.py']\n"
 
 
-@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
-def test_a_forked_kernel_cannot_rewrite_the_check_helpers_for_the_cells_replayed_after_a_restart(tmp_path):
+def test_a_kernel_cannot_rewrite_the_check_helpers_for_the_cells_replayed_after_a_restart(tmp_path, fork):
     """``checks.py`` is the grader's: bound read-only in the working folder, so a kernel can neither write it, nor
     replace or remove it, and a restarted kernel imports the grader's copy, not one the student left."""
     (tmp_path / "checks.py").write_text("HELPER = 'graders'\n")
@@ -315,6 +314,6 @@ def test_a_forked_kernel_cannot_rewrite_the_check_helpers_for_the_cells_replayed
         "os.remove('checks.py')",
         "os.chmod('checks.py', 0o777)",
     ]
-    cells = run(SETUP, *attacks, "os._exit(1)", "import checks; print(checks.HELPER)", folder=tmp_path)
+    cells = run(SETUP, *attacks, "os._exit(1)", "import checks; print(checks.HELPER)", folder=tmp_path, fork=fork)
     assert [enames(cell) for cell in cells[1 : 1 + len(attacks)]] == [["OSError"]] * len(attacks)
     assert printed(cells[-1]) == "graders\n"
