@@ -183,7 +183,8 @@ def execute(
                     executed += target.suffix == ".ipynb"
                     if breach:
                         breached.append(f"{label}: {breach}")
-                        progress(f"not stored, its kernel breached its isolation (nbgrader runs it again): {breached[-1]}")
+                        why = "not stored, its kernel breached its isolation (nbgrader runs it again)"
+                        progress(f"{why}: {breached[-1]}")
                     else:
                         _write_atomically(target, text)
                 finished(name)

@@ -203,8 +203,8 @@ class Passes:
         its notebooks are executed, while the rest execute; generate its feedback right after (with
         ``feedback``); then, with ``export_to``, export the grades there. Returns once all of it is done.
 
-        ``scheduler``, ``no_cache``, ``progress``: see :func:`autograder.batch.execute`. A submission nbgrader cannot grade
-        is left out of autograded/ and said in the log (:data:`PER_SUBMISSION_ERROR`).
+        ``scheduler``, ``no_cache``, ``progress``: see :func:`autograder.batch.execute`. A submission nbgrader
+        cannot grade is left out of autograded/ and said in the log (:data:`PER_SUBMISSION_ERROR`).
 
         Raises:
             CourseError: nbgrader fails other than on single submissions, cannot export, or ends.

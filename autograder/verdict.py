@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -107,7 +108,9 @@ def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
     Records are paired in order; each pair must name the same check and
     label, the object checked must be of the exact type the reference's was
     (a ``tuple`` where the reference returns a tuple, not a list; a Python
-    ``float``, not a 0-d tensor or a NumPy scalar; ``raises`` records aside),
+    ``float``, not a 0-d tensor or a NumPy scalar; ``raises`` records aside;
+    with the test's ``check_dtype=False``, any real number for a real number,
+    :func:`_same_type`),
     and the student's value must pass the reference's expected value under
     the reference's rule (:func:`passes`). A value the kernel refused to
     encode (``{"refused": why}``: a tensor or array subclass) passes nothing.
@@ -122,13 +125,27 @@ def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
             trusted.get("label"),
         ):
             return f"{where}: a different check ran in its place"
-        if trusted.get("check") != "raises" and record.get("type") != trusted.get("type"):
+        if trusted.get("check") != "raises" and not _same_type(record.get("type"), trusted):
             return f"{where}: got a {record.get('type')} where the reference solution gives a {trusted.get('type')}"
         if passes(trusted["check"], record.get("value"), trusted.get("expected"), trusted.get("rule", {})) is False:
             return f"{where} failed when judged outside the kernel"
     if len(student) > len(reference):
         return f"{len(student) - len(reference)} check record(s) more than the tests make"
     return None
+
+
+REAL_NUMBER = re.compile(r"float|int|numpy\.(u?int|float)\d+")
+"""Type names of the real numbers a test's ``check_dtype=False`` lets stand for each other (Python's ``float`` and
+``int``, NumPy's integer and floating scalars; not ``bool``, not a tensor)."""
+
+
+def _same_type(name: Any, trusted: dict[str, Any]) -> bool:
+    """Whether a record of type ``name`` is of the type of the reference record ``trusted``: the exact type, or,
+    where the test passed ``check_dtype=False``, any :data:`REAL_NUMBER` for a real number."""
+    if name == trusted.get("type"):
+        return True
+    relaxed = trusted.get("rule", {}).get("check_dtype", True) is False
+    return relaxed and all(isinstance(n, str) and REAL_NUMBER.fullmatch(n) for n in (name, trusted.get("type")))
 
 
 def passes(check: str, value: Any, expected: Any, rule: dict[str, Any]) -> bool | None:

@@ -155,3 +155,20 @@ def test_a_refused_value_passes_nothing():
     expected = checks.encode_value(torch.ones(2))
     for check, rule in [("equal", {"kind": "exact"}), ("close", {"kind": "close", "rtol": 1.0, "atol": 1.0})]:
         assert passes(check, refused, expected, rule) is False
+
+
+def test_check_dtype_false_lets_python_and_numpy_real_numbers_stand_for_each_other_but_not_a_tensor():
+    """``check_close(..., check_dtype=False)`` is a test's own statement that the kind of number does not matter
+    (03's ``matmul_gflops(1000, np.float64(0.25))``: the reference returns a NumPy float64, ``float(...)`` a Python
+    float, both what the contract allows); a 0-d tensor is still another type, and without the option the exact
+    type still counts."""
+    relaxed = [record_of(lambda: check_close(np.float64(8.0), 8.0, check_dtype=False, label="l"))]
+    python_float = [record_of(lambda: check_close(8.0, 8.0, check_dtype=False, label="l"))]
+    zero_d = torch.tensor(8.0, dtype=torch.float64)
+    tensor = [record_of(lambda: check_close(zero_d, 8.0, check_dtype=False, label="l"))]
+    assert first_mismatch(python_float, relaxed) is None
+    assert first_mismatch(relaxed, python_float) is None
+    problem = first_mismatch(tensor, relaxed)
+    assert problem == "check 1 of 1 (l): got a torch.Tensor where the reference solution gives a numpy.float64"
+    strict = [record_of(lambda: check_close(np.float64(8.0), 8.0, label="l"))]
+    assert first_mismatch([record_of(lambda: check_close(8.0, 8.0, label="l"))], strict) is not None
