@@ -173,6 +173,13 @@ def canvas_names(work: str, blank: str) -> tuple[Files, dict[str, str]]:
     return files, {"smith_jane_1234": list(files)[0], "mullerjose_7777": list(files)[1]}
 
 
+def canvas_anonymous(work: str, blank: str) -> tuple[Files, dict[str, str]]:
+    """Canvas with anonymous grading on: ``anon_<anonymous id>`` where the name and user id were, ``LATE_`` before it
+    (canvas-lms ``ContentZipper#get_filename``); an all-digit anonymous id is still anonymous."""
+    files = {"anon_Xk3pQ_5678_01_tensors.ipynb": work, "LATE_anon_48213_1111_01_tensors.ipynb": blank}
+    return files, {"anon_Xk3pQ": list(files)[0], "anon_48213": list(files)[1]}
+
+
 GRADESCOPE_METADATA = """submission_7001:
   :submitters:
   - :name: Ada Lovelace

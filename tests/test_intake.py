@@ -16,6 +16,7 @@ from downloads import (
     Download,
     blackboard_usernames,
     build,
+    canvas_anonymous,
     canvas_names,
     hashes,
     moodle_namings,
@@ -185,6 +186,16 @@ def test_canvas_names_with_hyphens_and_non_ascii_letters_are_taken(tmp_path, wor
     found = taken(tmp_path / "download", files)
     assert found.format == "canvas"
     assert {s.student_id: s.source for s in found.submissions} == expected
+    assert {row.status for row in found.manifest} == {"graded"}
+
+
+def test_canvas_anonymous_names_are_taken_under_their_anonymous_ids_and_late_is_kept(tmp_path, work_and_blank):
+    files, expected = canvas_anonymous(*work_and_blank)
+    found = taken(tmp_path / "download", files)
+    assert found.format == "canvas"
+    assert {s.student_id: s.source for s in found.submissions} == expected
+    late = {s.student_id: any(note.startswith("late: ") for note in s.notes) for s in found.submissions}
+    assert late == {"anon_Xk3pQ": False, "anon_48213": True}
     assert {row.status for row in found.manifest} == {"graded"}
 
 

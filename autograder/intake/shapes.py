@@ -169,13 +169,21 @@ class Nbgrader(Shape):
 
 class Canvas(Shape):
     name = "canvas"
-    description = "<lastnamefirstname>[_LATE]_<user id>_<file id>_<file> (Canvas Download Submissions)"
-    named_regexp = (
-        r"(?:.*/)?(?P<name>[^/_]+)(?P<late>_LATE|_late)?_(?P<student_id>\d+)_(?P<attachment_id>\d+)"
-        r"_(?P<file_id>[^/]+)$"
+    description = (
+        "<lastnamefirstname>[_LATE]_<user id>_<file id>_<file>, or [LATE_]anon_<anonymous id>_<file id>_<file> "
+        "(Canvas Download Submissions)"
     )
+    named_regexp = (
+        r"(?:.*/)?(?:(?P<anonymous_late>LATE_)?(?P<anonymous_id>anon_[0-9A-Za-z]+)"
+        r"|(?P<name>[^/_]+)(?P<late>_LATE|_late)?_(?P<student_id>\d+))_(?P<attachment_id>\d+)_(?P<file_id>[^/]+)$"
+    )
+    """Canvas's ``ContentZipper#get_filename``: ``<sortable name>[_LATE]_<user id>``, or with anonymous grading
+    ``[LATE_]anon_<anonymous id>`` (no name), then ``_<file id>_<file name>``. The anonymous form is tried first,
+    so an all-digit anonymous id is not read as a student named "anon"."""
 
     def read(self, groups: dict, metadata: dict) -> list[Claim]:
+        if groups["anonymous_id"]:
+            groups = {**groups, "student_id": groups["anonymous_id"], "late": groups["anonymous_late"]}
         (claim,) = super().read(groups, metadata)
         again = re.search(r"-(\d+)(?:\.[^./-]*)?$", groups["file_id"])
         return [replace(claim, resubmission=int(again[1]) if again else 0)]
