@@ -6,7 +6,8 @@ manual grade each time the submission is autograded, even when nothing changed: 
 every written answer graded by hand as ``manual grade pending`` again, and formgrader listed it as still to grade.
 :class:`KeepHandGrades` keeps nbgrader's rule except for one case: the grader's last word stands (formgrader left
 ``needs_manual_grade`` false), and the answer is the one the previous autograde saw, so the grader saw it too.
-A changed answer is flagged for a new hand grade as before.
+A changed answer is flagged for a new hand grade as before, and its old hand grade no longer counts (nbgrader kept
+it in the score, so grades.csv gave points for an answer no one had graded).
 
 The answers' checksums (nbgrader's ``compute_checksum`` of the cell) at the last autograde are kept beside the
 gradebook, in :data:`ANSWERS_FILE` of the course directory, git-ignored like the gradebook; without it (a gradebook
@@ -54,5 +55,12 @@ class KeepHandGrades(SaveAutoGrades):
         checksum = utils.compute_checksum(cell)
         if graded_by_hand and self.answers.get(key) == checksum:
             grade.needs_manual_grade = False
+            self.gradebook.db.commit()
+        elif grade.manual_score is not None and self.answers.get(key, checksum) != checksum:
+            self.log.warning(
+                "%s: %s changed since it was graded by hand (%s points): that grade no longer counts, grade it anew",
+                self.student_id, cell.metadata["nbgrader"]["grade_id"], grade.manual_score,
+            )
+            grade.manual_score = None  # the hand grade was for another answer: it must not count for this one
             self.gradebook.db.commit()
         self.answers[key] = checksum

@@ -44,6 +44,10 @@ def test_a_hand_grade_stays_final_until_the_answer_changes(tmp_path, monkeypatch
         with Gradebook(db_url) as gradebook:
             return gradebook.find_grade(name, ASSIGNMENT, ASSIGNMENT, "ada").needs_manual_grade
 
+    def score() -> float:
+        with Gradebook(db_url) as gradebook:
+            return gradebook.find_grade(name, ASSIGNMENT, ASSIGNMENT, "ada").score
+
     def grade_by_hand(score: float) -> None:
         """What formgrader's PUT /formgrader/api/grade/<id> does."""
         with Gradebook(db_url) as gradebook:
@@ -55,8 +59,11 @@ def test_a_hand_grade_stays_final_until_the_answer_changes(tmp_path, monkeypatch
     grade_by_hand(1.5)
     assert autograde("Use from_numpy to share memory.") is False  # stock nbgrader: True
     assert autograde("Use from_numpy to share memory.") is False
+    assert score() == 1.5
     assert autograde("A new answer, handed in later.") is True  # the hand grade was for another answer
+    assert score() == 0  # and no longer counts (in grades.csv either): the new answer is not graded yet
     assert autograde("A new answer, handed in later.") is True  # still not graded again
     grade_by_hand(2)
     assert autograde("A new answer, handed in later.") is False
+    assert score() == 2
     assert (tmp_path / ANSWERS_FILE).exists()
