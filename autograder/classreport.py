@@ -53,14 +53,22 @@ class TaskSummary:
     submissions: int
     attempted: int
     passed: int
-    """Submissions with full marks."""
-    mean_score: float
+    """Submissions with full marks (of those graded)."""
+    mean_score: float | None
+    """Mean score of the graded submissions (None: none graded yet)."""
     max_score: float
+    pending: int = 0
+    """Submissions whose answer still waits for a hand grade: neither passed nor failed."""
 
     @property
-    def pass_rate(self) -> float:
-        """passed / submissions (0 without submissions)."""
-        return self.passed / self.submissions if self.submissions else 0.0
+    def graded(self) -> int:
+        """Submissions with a grade (autograded, or graded by hand)."""
+        return self.submissions - self.pending
+
+    @property
+    def pass_rate(self) -> float | None:
+        """passed / graded (None while none is graded: a written answer nobody graded yet did not fail)."""
+        return self.passed / self.graded if self.graded else None
 
 
 @dataclass
@@ -71,25 +79,30 @@ class ClassReport:
     files: list[Path] = field(default_factory=list)
 
     def tasks(self) -> list[TaskSummary]:
-        """Every grade cell of every assignment, per assignment ranked by pass rate, lowest (hardest) first."""
+        """Every grade cell of every assignment, per assignment ranked by pass rate, lowest (hardest) first; answers
+        waiting for a hand grade count in neither the pass rate nor the mean (a task none of whose answers is graded
+        yet comes last)."""
         groups: dict[tuple[str, str], list[CellResult]] = {}
         for cell in self.cells:
             groups.setdefault((cell.assignment_id, cell.grade_id), []).append(cell)
-        summaries = [
-            TaskSummary(
-                assignment_id=assignment_id,
-                grade_id=name,
-                label=found[0].label,
-                autograded=found[0].autograded,
-                submissions=len(found),
-                attempted=sum(c.attempted for c in found),
-                passed=sum(c.score == c.max_score for c in found),
-                mean_score=sum(c.score for c in found) / len(found),
-                max_score=found[0].max_score,
+        summaries = []
+        for (assignment_id, name), found in groups.items():
+            graded = [c for c in found if not c.needs_manual_grade]
+            summaries.append(
+                TaskSummary(
+                    assignment_id=assignment_id,
+                    grade_id=name,
+                    label=found[0].label,
+                    autograded=found[0].autograded,
+                    submissions=len(found),
+                    attempted=sum(c.attempted for c in found),
+                    passed=sum(c.score == c.max_score for c in graded),
+                    mean_score=sum(c.score for c in graded) / len(graded) if graded else None,
+                    max_score=found[0].max_score,
+                    pending=len(found) - len(graded),
+                )
             )
-            for (assignment_id, name), found in groups.items()
-        ]
-        return sorted(summaries, key=lambda t: (t.assignment_id, t.pass_rate))
+        return sorted(summaries, key=lambda t: (t.assignment_id, 2.0 if t.pass_rate is None else t.pass_rate))
 
     def scores(self) -> dict[str, dict[str, float]]:
         """assignment -> student -> total score."""
@@ -110,13 +123,15 @@ class ClassReport:
                 t.assignment_id,
                 t.label,
                 f"{t.attempted}/{t.submissions}",
-                f"{t.passed}/{t.submissions}",
-                f"{t.pass_rate:.0%}",
-                f"{t.mean_score:.2f}/{t.max_score:g}",
+                f"{t.passed}/{t.graded}",
+                "-" if t.pass_rate is None else f"{t.pass_rate:.0%}",
+                "-" if t.mean_score is None else f"{t.mean_score:.2f}/{t.max_score:g}",
+                f"{t.pending}" if t.pending else "",
             ]
             for t in self.tasks()
         ]
-        text = columns(["assignment", "task", "attempted", "passed", "pass rate", "mean"], rows)
+        headers = ["assignment", "task", "attempted", "passed/graded", "pass rate", "mean", "to grade by hand"]
+        text = columns(headers, rows)
         pending = self.pending()
         text += f"\n\n{len(pending)} answer(s) to grade by hand (formgrader)" + "".join(
             f"\n  {c.assignment_id} {c.student_id}: {c.label}" for c in pending
@@ -189,6 +204,7 @@ SUMMARY_COLUMNS = [
     "pass_rate",
     "mean_score",
     "max_score",
+    "to_grade_by_hand",
 ]
 
 
@@ -229,7 +245,8 @@ def write_class_report(course: Course, report: ClassReport, *, batch_csv: Path |
             kind = "autograded" if t.autograded else "manual"
             writer.writerow(
                 [t.assignment_id, t.grade_id, t.label, kind, t.submissions, t.attempted, t.passed]
-                + [f"{t.pass_rate:.3f}", f"{t.mean_score:.3f}", f"{t.max_score:g}"]
+                + ["" if t.pass_rate is None else f"{t.pass_rate:.3f}"]
+                + ["" if t.mean_score is None else f"{t.mean_score:.3f}", f"{t.max_score:g}", t.pending]
             )
     report.files = [summary, merged]
     tasks = report.tasks()
@@ -263,7 +280,7 @@ def _histogram(path: Path, assignment_id: str, totals: dict[str, float], maximum
 def _pass_rates(path: Path, assignment_id: str, tasks: list[TaskSummary]) -> Path:
     figure = Figure(figsize=(8, 0.4 * len(tasks) + 1.2), layout="tight")
     axes = figure.subplots()
-    axes.barh([t.label for t in tasks], [100 * t.pass_rate for t in tasks], color="tab:green")
+    axes.barh([t.label for t in tasks], [100 * (t.pass_rate or 0.0) for t in tasks], color="tab:green")
     axes.set(title=f"{assignment_id}: pass rate per task, hardest first", xlabel="% of submissions", xlim=(0, 100))
     axes.invert_yaxis()
     figure.savefig(path, dpi=100)

@@ -25,15 +25,34 @@ def test_tasks_are_ranked_by_pass_rate_and_pending_hand_grades_are_listed():
     )
     tasks = report.tasks()
     assert [(t.grade_id, t.submissions, t.attempted, t.passed, t.pass_rate, t.mean_score) for t in tasks] == [
-        ("written", 2, 2, 0, 0.0, 0.75),
+        ("written", 2, 2, 0, 0.0, 1.5),  # ada's answer waits for a hand grade: it neither passed nor failed
         ("hard", 2, 1, 1, 0.5, 1.0),
         ("easy", 2, 2, 2, 1.0, 2.0),
     ]
+    assert [t.pending for t in tasks] == [1, 0, 0]
     assert report.scores() == {"01_tensors": {"ada": 4.0, "bea": 3.5}}
     assert [(c.student_id, c.grade_id) for c in report.pending()] == [("ada", "written")]
     summary = report.summary()
     assert "label of hard" in summary and "1 answer(s) to grade by hand" in summary
     assert "01_tensors ada: label of written" in summary
+
+
+def test_a_task_whose_answers_all_wait_for_a_hand_grade_has_no_pass_rate_and_comes_last():
+    report = ClassReport(
+        [
+            cell("ada", "written", 0.0, autograded=False, pending=True),
+            cell("bea", "written", 0.0, autograded=False, pending=True),
+            cell("ada", "hard", 0.0),
+            cell("bea", "hard", 2.0),
+        ]
+    )
+    tasks = report.tasks()
+    assert [(t.grade_id, t.pass_rate, t.mean_score, t.pending) for t in tasks] == [
+        ("hard", 0.5, 1.0, 0),
+        ("written", None, None, 2),
+    ]
+    written_row = next(line for line in report.summary().splitlines() if "label of written" in line)
+    assert written_row.split()[-4:] == ["0/0", "-", "-", "2"]
 
 
 def test_report_before_any_grading_says_so(course_copy, capsys):
