@@ -199,6 +199,15 @@ def test_canvas_anonymous_names_are_taken_under_their_anonymous_ids_and_late_is_
     assert {row.status for row in found.manifest} == {"graded"}
 
 
+def test_canvas_resubmission_suffixes_are_its_naming_not_a_near_miss(tmp_path, work_and_blank):
+    work, blank = work_and_blank
+    files = {"parkmin_1007_8001_01_tensors-1.ipynb": work, "kimlee_1006_8002_01_tensors-2.ipynb": blank}
+    found = taken(tmp_path / "download", files)
+    assert found.format == "canvas"
+    assert sorted(s.student_id for s in found.submissions) == ["kimlee_1006", "parkmin_1007"]
+    assert [note for s in found.submissions for note in s.notes if "did you mean" in note] == []
+
+
 @pytest.mark.parametrize("naming", ["moodle 4 folders", "moodle 3 folders", "flat"])
 def test_moodle_downloads_in_folders_or_flat_are_taken(tmp_path, naming, work_and_blank):
     files, expected = moodle_namings(*work_and_blank)[naming]

@@ -234,7 +234,8 @@ def _read(
                 others.setdefault(student, []).append(base)
             continue
         hint = hints.get(entry.name)
-        assignment_id, naming = _resolve(claims[0].assignment_id or Path(base).stem, ids)
+        stem = Path(base).stem.removesuffix(f"-{claims[0].resubmission}" if claims[0].resubmission else "")
+        assignment_id, naming = _resolve(claims[0].assignment_id or stem, ids)  # Canvas's -N is its own naming
         if forced and assignment_id != forced:
             assignment_id, naming = forced, f"named {base!r}: graded as {forced} (--assignment)"
         elif hint and assignment_id is None:
