@@ -13,8 +13,8 @@ kernel, before it runs anything:
   the notebook (:func:`_work_folder`), moves into its folder and takes the
   environment it was sent;
 - sets its resource limits (``setrlimit``: CPU, data segment, processes,
-  file size, open files, core), then drops to its own unprivileged user
-  (``setresgid``/``setresuid``; the capabilities go with root);
+  file size, open files, core), empties its capability bounding set, then drops to its own unprivileged user
+  (``setresgid``/``setresuid``; the capabilities go with root) and empties its inheritable set;
 - reseeds ``random``, NumPy's and torch's generators (a fork copies them);
 - runs ``ipykernel``'s ``IPKernelApp`` with the arguments jupyter_client
   gave.
@@ -38,7 +38,7 @@ sets it), but ``matplotlib_inline`` itself is not preloaded: its import
 hooks into an IPython shell, which only exists in the kernel.
 
 This file runs as a script, with nothing but the standard library and the
-preloaded modules, in two roles:
+preloaded modules, in four roles:
 
 - ``forkserver.py serve SOCKET``: the server, inside the sandbox;
 - ``forkserver.py kernel SOCKET REQUEST``: the kernel command jupyter_client
@@ -46,7 +46,16 @@ preloaded modules, in two roles:
   ``uid``, ``limits``, ``memory``, ``work``: ``size`` and ``files`` of the
   working folder, ``fresh`` for a notebook's first kernel) and then lives exactly as long as the kernel, exiting
   with its exit code; when it is killed, the server kills the kernel. So
-  jupyter_client manages it like any kernel process.
+  jupyter_client manages it like any kernel process;
+- ``forkserver.py work REQUEST COMMAND...``: for a kernel in a sandbox of its own, run first inside that sandbox
+  (as root there; without root, in a user and mount namespace it makes, where it has the capabilities to mount):
+  mounts the kernel's working folder as the server mounts a forked kernel's (:func:`_work_folder`; REQUEST:
+  ``folder``, ``source``, ``uid``, ``size``, ``files``) and execs COMMAND, which drops every capability
+  (``setpriv``) before the kernel starts;
+- ``forkserver.py ipc PID LIMIT FD`` (:func:`ipc`): run by the grader outside, it joins the IPC namespace of the
+  sandbox process PID, bounds its System V shared memory to LIMIT bytes (root only), and sends an open
+  ``/proc/sysvipc/shm`` of that namespace back over the Unix socket FD, for the grader's memory watch
+  (:func:`segment_bytes`).
 
 The socket lies in a folder only root may enter: a kernel cannot ask for
 kernels.
@@ -209,14 +218,22 @@ def _clean_up(uid: int, kept: set[str]) -> int:
 def memory_of(uid: int) -> int:
     """Bytes of memory the processes of ``uid`` hold (:func:`memory_of_processes`), and the System V shared memory
     segments of ``uid`` in this IPC namespace (attached or not)."""
-    total = memory_of_processes(_processes_of(uid))
-    with open("/proc/sysvipc/shm") as segments:
-        header = next(segments).split()
-        for line in segments:
-            segment = dict(zip(header, line.split()))
-            if int(segment["uid"]) == uid:
-                total += int(segment["rss"])
-    return total
+    with open("/proc/sysvipc/shm", "rb") as segments:
+        return memory_of_processes(_processes_of(uid)) + segment_bytes(segments.fileno(), uid)
+
+
+def segment_bytes(fd: int, uid: int | None = None) -> int:
+    """Resident bytes of the System V shared memory segments (attached or not) listed by ``fd``, an open
+    ``/proc/sysvipc/shm`` (read again from its start: it lists the IPC namespace of the process that opened it);
+    only those of ``uid`` when given."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    lines = b"".join(chunks).decode().splitlines()
+    header = lines[0].split()
+    segments = [dict(zip(header, line.split())) for line in lines[1:]]
+    return sum(int(s["rss"]) for s in segments if uid is None or int(s["uid"]) == uid)
 
 
 def memory_of_processes(pids: list[int]) -> int:
@@ -294,7 +311,8 @@ TMP_BYTES = 256 * 2**20
 """Size of each forked kernel's own /tmp (memory-backed), as a kernel in a sandbox of its own has."""
 
 CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 0x1, 0x2, 0x4, 0x8, 0x20
+MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -335,6 +353,7 @@ _work_folders: list[str] = []
 """The working folders the server has mounted (the latest notebook's; :func:`_work_folder`)."""
 
 MNT_DETACH = 0x2
+PR_CAPBSET_DROP, CAPABILITY_VERSION_3 = 24, 0x20080522
 
 GRADER_FILES = ("checks.py",)
 """Files of the working folder that are the grader's (the check helpers the test cells import): bound read-only,
@@ -342,11 +361,12 @@ so no kernel can write, replace or remove them, and a restarted kernel replaying
 copy, not one a student's code left there."""
 
 
-def _work_folder(folder: str, uid: int, size: int, files: int) -> None:
+def _work_folder(folder: str, uid: int, size: int, files: int, source: str | None = None) -> None:
     """In the server, for a notebook's first kernel: detach the working folders mounted for earlier notebooks, then
     mount a tmpfs of ``size`` bytes and ``files`` inodes over ``folder``, holding a copy of what the grader put
-    there (the user ``uid``'s). Each kernel's mount namespace starts as a copy of the server's, so the kernels of
-    one notebook (a restart) share that tmpfs and what they wrote there; the next notebook gets a fresh one.
+    there (or, for a kernel in a sandbox of its own, what is in ``source``; the user ``uid``'s). Each kernel's mount
+    namespace starts as a copy of the server's, so the kernels of one notebook (a restart) share that tmpfs and
+    what they wrote there; the next notebook gets a fresh one.
 
     So what a kernel writes in its folder is bounded in bytes and in files (a tmpfs's inode count cannot be set
     through bwrap), and the :data:`GRADER_FILES` in it are bound read-only.
@@ -357,7 +377,7 @@ def _work_folder(folder: str, uid: int, size: int, files: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     while _work_folders:
         libc.umount2(_work_folders.pop().encode(), MNT_DETACH)
-    original = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+    original = os.open(source or folder, os.O_PATH | os.O_DIRECTORY)
     try:
         options = f"size={size},nr_inodes={files},mode=0700,uid={uid},gid={uid}".encode()
         if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
@@ -377,6 +397,19 @@ def _work_folder(folder: str, uid: int, size: int, files: int) -> None:
                 if libc.mount(path, path, None, flags, None) != 0:
                     number = ctypes.get_errno()
                     raise OSError(number, f"bind {name} read-only: {os.strerror(number)}")
+
+
+def _empty_bounding_set() -> None:
+    """Drop every capability from this process's bounding set (needs CAP_SETPCAP): no program it runs can gain one.
+
+    Raises:
+        OSError: one could not be dropped.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/sys/kernel/cap_last_cap") as last:
+        for capability in range(int(last.read()) + 1):
+            if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), f"drop capability {capability} from the bounding set")
 
 
 def _kernel(connection: socket.socket, request: dict) -> None:
@@ -400,9 +433,14 @@ def _kernel(connection: socket.socket, request: dict) -> None:
         for name, value in request["limits"].items():
             resource.setrlimit(getattr(resource, LIMITS[name]), (value, value))
         uid = request["uid"]
+        libc = ctypes.CDLL(None, use_errno=True)
+        _empty_bounding_set()
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+        header, nothing = struct.pack("Ii", CAPABILITY_VERSION_3, 0), bytes(24)  # and the inheritable set emptied
+        if libc.capset(header, nothing) != 0:
+            raise OSError(ctypes.get_errno(), "capset")
         seed = int.from_bytes(os.urandom(8), "little")
         random.seed(seed)
         numpy.random.seed(seed % 2**32)
@@ -428,8 +466,73 @@ def kernel(path: str, request: str) -> int:
     return json.loads(line)["exit"] if line else 1
 
 
+def work(request: str, command: list[str]) -> None:
+    """Mount the working folder ``request`` describes (JSON: ``folder``, ``source``, ``uid``, ``size``, ``files``;
+    :func:`_work_folder`), move into it, then exec ``command``. Never returns. Not root (a sandbox in a user
+    namespace, whose mounts belong to bwrap's), it first makes a user namespace of its own, mapping only its user,
+    and a mount namespace in it, where it makes ``/dev`` (the user's, there) read-only.
+
+    Raises:
+        OSError: the mount or the copy fails, or ``command`` cannot be run.
+    """
+    folder = json.loads(request)
+    if os.getuid() != 0:  # a sandbox without root: mount in a user and mount namespace of its own
+        uid, gid = os.getuid(), os.getgid()
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, f"unshare: {os.strerror(number)}")
+        for name, text in (("uid_map", f"{uid} {uid} 1"), ("setgroups", "deny"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as setting:
+                setting.write(text)
+        # bwrap's /dev (and /dev/shm in it) is the kernel user's there: read-only, no unbounded tmpfs to fill.
+        kept = sum(flag for bit, flag in ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC))
+                   if os.statvfs("/dev").f_flag & bit)
+        if libc.mount(None, b"/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None) != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, f"make /dev read-only: {os.strerror(number)}")
+    _work_folder(folder["folder"], folder["uid"], folder["size"], folder["files"], source=folder["source"])
+    os.chdir(folder["folder"])
+    _empty_bounding_set()  # setpriv (util-linux 2.38) leaves it full in a user namespace
+    os.execvp(command[0], command)
+
+
+CLONE_NEWUSER, CLONE_NEWIPC, NS_GET_USERNS = 0x10000000, 0x08000000, 0xB701
+
+
+def ipc(pid: int, limit: int, fd: int) -> None:
+    """Join the IPC namespace of process ``pid`` (and first the user namespace that owns it, where that is not
+    this process's: a sandbox started without root), set that namespace's ``kernel.shmmax`` and ``kernel.shmall``
+    so that its System V shared memory segments together hold at most ``limit`` bytes (``limit`` 0: leave them;
+    only root may write them, for a namespace owned by the machine's user namespace), and send an open
+    ``/proc/sysvipc/shm`` of it over the Unix socket ``fd`` (:func:`segment_bytes` reads it).
+
+    Raises:
+        OSError: a namespace cannot be joined (the process is gone, say) or a limit cannot be written.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    namespace = os.open(f"/proc/{pid}/ns/ipc", os.O_RDONLY)
+    owner = fcntl.ioctl(namespace, NS_GET_USERNS)  # the user namespace it belongs to (not always pid's own)
+    for kind, descriptor, flag in (("user", owner, CLONE_NEWUSER), ("ipc", namespace, CLONE_NEWIPC)):
+        if os.fstat(descriptor).st_ino != os.stat(f"/proc/self/ns/{kind}").st_ino and libc.setns(descriptor, flag):
+            number = ctypes.get_errno()
+            raise OSError(number, f"join the {kind} namespace of {pid}'s IPC namespace: {os.strerror(number)}")
+        os.close(descriptor)
+    if limit:
+        for name, value in (("shmmax", limit), ("shmall", limit // os.sysconf("SC_PAGE_SIZE"))):
+            with open(f"/proc/sys/kernel/{name}", "w") as setting:
+                setting.write(str(value))
+    segments = os.open("/proc/sysvipc/shm", os.O_RDONLY)
+    with socket.socket(fileno=fd) as channel:
+        socket.send_fds(channel, [b"shm"], [segments])
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2])
+    elif sys.argv[1] == "work":
+        work(sys.argv[2], sys.argv[3:])
+    elif sys.argv[1] == "ipc":
+        ipc(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
     else:
         sys.exit(kernel(sys.argv[2], sys.argv[3]))

@@ -18,9 +18,14 @@
   resource limits (``prlimit``): CPU seconds, data segment (memory; not
   ``RLIMIT_AS``, which breaks ``import torch``), processes and threads,
   file size and open files; the memory all its processes hold (shared
-  memory and memory files included) is watched from outside, and the kernel
-  killed past :attr:`SandboxedKernelManager.memory_bytes`;
-- its working folder a tmpfs of :attr:`SandboxedKernelManager.work_bytes`;
+  memory and memory files included, and the System V segments of its IPC
+  namespace, which as root is also bounded by its ``kernel.shmall``) is
+  watched from outside, and the kernel killed past
+  :attr:`SandboxedKernelManager.memory_bytes`;
+- its working folder a tmpfs of :attr:`SandboxedKernelManager.work_bytes` and
+  :attr:`SandboxedKernelManager.work_files` inodes, mounted inside the
+  sandbox by ``forkserver.py work`` before the kernel starts (with
+  capabilities that are all dropped before it);
 - an environment reduced to what the notebooks read (:data:`PASSED_ENV`).
 
 The kernel talks to nbgrader over ``ipc`` transport (Unix sockets in a
@@ -65,6 +70,7 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -339,8 +345,8 @@ class SandboxedKernelManager(AsyncKernelManager):
     ).tag(config=True)
     work_files = Integer(
         10_000,
-        help="Files and folders the kernel's working folder may hold (the tmpfs's inodes; forked kernels only: "
-        "bwrap sets no inode count, a kernel in a sandbox of its own has the tmpfs default, half the memory's pages).",
+        help="Files, folders and links the kernel's working folder may hold (the tmpfs's inodes; mounted by the fork "
+        "server, or for a kernel in a sandbox of its own by forkserver.py work: bwrap sets no inode count).",
     ).tag(config=True)
     max_message_bytes = Integer(
         16 * 2**20,
@@ -358,6 +364,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         self._server: ForkServer | None = None
         self._forked = 0
         self._memory_watch: asyncio.Task | None = None
+        self._segments: int | None = None
         self.breach: str | None = None
         """Set when the last kernel ended: how its isolation was breached (None: it was not)."""
 
@@ -460,17 +467,22 @@ class SandboxedKernelManager(AsyncKernelManager):
         if executable is None:
             raise RuntimeError(problem())
         limits = [f"--{name}={value}" for name, value in self._limits().items()]
+        folder = {
+            "folder": str(self._inside),
+            "source": str(STAGING / self._inside.name),
+            "uid": self.uid,
+            "size": self.work_bytes,
+            "files": self.work_files,
+        }
         return [
             executable,
             *_namespace_args(),
-            *_filesystem_args(self._work, self._inside, size=self.work_bytes),
+            *_filesystem_args(self._work, self._inside, staged=True),
             *_parents(str(self._runtime)),
             "--bind",
             str(self._runtime),
             str(self._runtime),
-            *_user_args(self.uid),
-            *COPY_IN,
-            str(STAGING / self._inside.name),
+            *_user_args(self.uid, first=[sys.executable, "-I", "-S", FORK_SERVER, "work", json.dumps(folder)]),
             "prlimit",
             *limits,
             "--",
@@ -480,20 +492,64 @@ class SandboxedKernelManager(AsyncKernelManager):
     async def _async_post_start_kernel(self, **kw: Any) -> None:
         await super()._async_post_start_kernel(**kw)
         if self.enabled and self._scratch is not None:  # a sandbox of its own: no fork server watches it
-            if self._memory_watch is not None:
-                self._memory_watch.cancel()
+            self._stop_watching()
+            self._segments = await self._shared_memory(self.provisioner.pid)
             self._memory_watch = asyncio.ensure_future(self._watch_memory(self.provisioner.pid))
 
     post_start_kernel = _async_post_start_kernel
 
+    SANDBOX_SECONDS = 30
+    """How long :meth:`_shared_memory` waits for the sandbox's namespaces to exist."""
+
+    async def _shared_memory(self, pid: int) -> int:
+        """For the sandbox ``pid`` (bwrap), before the kernel runs any cell: bound its IPC namespace's System V shared
+        memory to :attr:`memory_bytes` (as root: ``kernel.shmall``, ``kernel.shmmax``; without root the machine's
+        root owns those settings) and return an open ``/proc/sysvipc/shm`` of that namespace
+        (``forkserver.py ipc``), which keeps the namespace, and its segments, until it is closed.
+
+        Raises:
+            RuntimeError: the sandbox's namespace did not appear in :attr:`SANDBOX_SECONDS`, or was not joined.
+        """
+        ours = os.stat("/proc/self/ns/ipc").st_ino
+        limit = self.memory_bytes if os.geteuid() == 0 else 0
+        deadline, said = time.monotonic() + self.SANDBOX_SECONDS, b"no process in a namespace of its own yet"
+        while time.monotonic() < deadline:
+            # The deepest process: bwrap's own set-up processes in the namespace may end meanwhile; then try again.
+            inside = [p for p in _descendants(pid) if _ipc_namespace(p) not in (ours, None)][-1:]
+            ours_end, theirs = socket.socketpair()
+            with ours_end, theirs:
+                if inside:
+                    helper = await asyncio.create_subprocess_exec(
+                        sys.executable, "-I", "-S", FORK_SERVER, "ipc", str(inside[0]), str(limit),
+                        str(theirs.fileno()), pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                    )
+                    theirs.close()
+                    _, said = await helper.communicate()
+                    if helper.returncode == 0:
+                        return socket.recv_fds(ours_end, 16, 1)[1][0]
+            await asyncio.sleep(0.01)
+        raise RuntimeError(f"the kernel's IPC namespace was not joined: {said.decode()[-2000:]}")
+
+    def _stop_watching(self) -> None:
+        """Stop the memory watch, and close the sandbox's ``/proc/sysvipc/shm`` (its IPC namespace can then end)."""
+        if self._memory_watch is not None:
+            self._memory_watch.cancel()
+            self._memory_watch = None
+        if self._segments is not None:
+            os.close(self._segments)
+            self._segments = None
+
     async def _watch_memory(self, pid: int) -> None:
         """Every :data:`autograder.forkserver.MEMORY_INTERVAL` seconds, SIGKILL the sandbox ``pid`` (bwrap: the
-        kernel and all its processes die with it) when the processes below it hold more than :attr:`memory_bytes`
-        (:func:`autograder.forkserver.memory_of_processes`; System V segments, in the sandbox's own IPC
-        namespace, are not seen from here)."""
+        kernel and all its processes die with it) when the processes below it and the System V segments of its IPC
+        namespace hold more than :attr:`memory_bytes` (:func:`autograder.forkserver.memory_of_processes`,
+        :func:`autograder.forkserver.segment_bytes`)."""
+        assert self._segments is not None
         while True:
             await asyncio.sleep(forkserver.MEMORY_INTERVAL)
-            if forkserver.memory_of_processes(_descendants(pid)) > self.memory_bytes:
+            used = forkserver.memory_of_processes(_descendants(pid)) + forkserver.segment_bytes(self._segments)
+            if used > self.memory_bytes:
                 self.log.warning("kernel killed: its processes held more than %d bytes of memory", self.memory_bytes)
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -511,9 +567,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     interrupt_kernel = _async_interrupt_kernel
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
-        if self._memory_watch is not None:
-            self._memory_watch.cancel()
-            self._memory_watch = None
+        self._stop_watching()
         await super()._async_cleanup_resources(restart=restart)
         if not restart and self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
@@ -548,6 +602,14 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
+def _ipc_namespace(pid: int) -> int | None:
+    """The inode of process ``pid``'s IPC namespace (None: the process is gone)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/ipc").st_ino
+    except OSError:
+        return None
+
+
 def _namespace_args() -> list[str]:
     return [
         "--unshare-net",
@@ -565,25 +627,13 @@ def _namespace_args() -> list[str]:
 
 STAGING = Path("/home/.copied")
 """Where a kernel in a sandbox of its own sees its folder's original files (read-only), copied into its working
-folder (a tmpfs) before it starts (:data:`COPY_IN`)."""
-
-COPY_IN = [
-    "sh",
-    "-c",
-    'cd "$0" && find . -mindepth 1 -maxdepth 1 '
-    + " ".join(f"! -name {name}" for name in forkserver.GRADER_FILES)
-    + ' -exec cp -R -t "$OLDPWD" {} + && cd "$OLDPWD" && exec "$@"',
-]
-"""The command, run as the kernel's user before the kernel, that copies the folder at ``$0`` into the working
-directory (but the :data:`~autograder.forkserver.GRADER_FILES`, bound read-only there) and runs the rest of the
-command line."""
+folder (a tmpfs) before it starts (``forkserver.py work``)."""
 
 
-def _filesystem_args(work: Path, inside: Path, size: int | None = None) -> list[str]:
+def _filesystem_args(work: Path, inside: Path, staged: bool = False) -> list[str]:
     """Read-only system folders and Python, a private /tmp, /proc and /dev, ``work`` bound read-write at ``inside``;
-    with ``size``, ``work`` is bound read-only at ``STAGING/<inside's name>`` and ``inside`` is a tmpfs of
-    ``size`` bytes instead, for :data:`COPY_IN` to fill, with ``work``'s
-    :data:`~autograder.forkserver.GRADER_FILES` bound read-only in it."""
+    ``staged``: ``work`` is bound read-only at ``STAGING/<inside's name>`` instead, and ``inside`` is an empty
+    folder, for ``forkserver.py work`` (bound read-only at its own path) to mount the working folder on."""
     args: list[str] = []
     for folder in SYSTEM_DIRS:
         if os.path.islink(folder):
@@ -598,15 +648,11 @@ def _filesystem_args(work: Path, inside: Path, size: int | None = None) -> list[
         args += [*_parents(folder), "--ro-bind", folder, folder]
     for device in sorted(Path("/dev").glob("nvidia*")):  # CUDA, when the host has it
         args += ["--dev-bind", str(device), str(device)]
-    if size is None:
+    if not staged:
         return [*args, *_parents(str(inside)), "--bind", str(work), str(inside), "--chdir", str(inside)]
     staging = str(STAGING / inside.name)
-    args += [*_parents(staging), "--ro-bind", str(work), staging, *_parents(str(inside))]
-    args += ["--perms", "0777", "--size", str(size), "--tmpfs", str(inside)]
-    for name in forkserver.GRADER_FILES:  # the grader's, bound read-only: a kernel cannot write or replace them
-        if (work / name).is_file() and not (work / name).is_symlink():
-            args += ["--ro-bind", str(work / name), str(inside / name)]
-    return [*args, "--chdir", str(inside)]
+    args += [*_parents(staging), "--ro-bind", str(work), staging, *_parents(str(inside)), "--dir", str(inside)]
+    return [*args, *_parents(FORK_SERVER), "--ro-bind", FORK_SERVER, FORK_SERVER, "--chdir", str(inside)]
 
 
 def _parents(path: str) -> list[str]:
@@ -621,19 +667,22 @@ def _parents(path: str) -> list[str]:
     return args
 
 
-def _user_args(uid: int) -> list[str]:
-    """Root: keep the real uid namespace and drop to ``uid`` with setpriv; others: a user namespace."""
+def _user_args(uid: int, first: list[str] | None = None) -> list[str]:
+    """Root: keep the real uid namespace and drop to ``uid`` with setpriv; others: a user namespace. ``first``: a
+    command that execs the rest of the command line, run before the kernel with root's capabilities (without root:
+    it gains its own in a user namespace it makes, ``forkserver.py work``); setpriv drops every one after it."""
+    drop = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all"]
     if os.geteuid() == 0:
         return [
             "--cap-add",
             "CAP_SETUID,CAP_SETGID",
             "--",
-            "setpriv",
+            *(first or []),
+            *drop,
             f"--reuid={uid}",
             f"--regid={uid}",
             "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
             "--",
         ]
-    return ["--unshare-user", "--uid", str(uid), "--gid", str(uid), "--"]
+    user = ["--unshare-user", "--uid", str(uid), "--gid", str(uid), "--"]
+    return [*user, *first, *drop, "--"] if first else user

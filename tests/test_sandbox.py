@@ -243,53 +243,108 @@ def test_every_output_type_counts_against_the_limits_and_a_message_over_the_size
     assert printed(after_flood) == printed(after_drop) == "kept\n"
 
 
-def test_a_kernels_working_folder_is_bounded_in_bytes_and_forked_in_files(tmp_path, fork):
-    """Its folder is a tmpfs of its own (here 32 MiB and, forked, 100 files), holding a copy of the folder's files:
-    files that fit no more (each under the file-size limit) and, forked, one file too many fail; the kernel goes on.
-    In a sandbox of its own, bwrap sets no inode count: the tmpfs default applies (README, "Limits")."""
+FILL = """
+import shutil
+def fill(make):
+    os.mkdir('fill')
+    open('fill/target', 'w').close()
+    made = 0
+    try:
+        for number in range(200):
+            make(f'fill/{number}')
+            made += 1
+    except OSError as error:
+        print(made < 100, error.strerror)
+    shutil.rmtree('fill')
+"""
+"""A cell defining ``fill(make)``: ``make`` up to 200 entries in a new folder, print whether it stopped under 100 and
+why, then remove them."""
+
+INODE_FLOODS = [
+    "fill(lambda path: open(path, 'w').close())",
+    "fill(os.mkdir)",
+    "fill(lambda path: os.symlink('target', path))",
+    "fill(lambda path: os.link('fill/target', path))",
+]
+"""Many empty files, empty folders, symbolic links, hard links (each costs a tmpfs inode)."""
+
+
+def test_a_kernels_working_folder_is_bounded_in_bytes_and_in_files(tmp_path, fork):
+    """Its folder is a tmpfs of its own (here 32 MiB and 100 files), holding a copy of the folder's files: files
+    that fit no more (each under the file-size limit) and files, folders, symbolic or hard links past 100 fail; the
+    kernel goes on. For a kernel in a sandbox of its own ``forkserver.py work`` mounts it (bwrap sets no inode
+    count), with capabilities it drops: the kernel has none. ``/dev`` and ``/dev/shm`` (a tmpfs of the default
+    size, the kernel user's in a sandbox without root) take no file."""
     (tmp_path / "checks.py").write_text("HELPER = 'copied'\n")
     limits = {"work_bytes": 32 * 2**20, "work_files": 100}
-    setup, listing, big, many, state = run(
+    setup, listing, big, _, *floods, state = run(
         SETUP,
         "print(sorted(os.listdir('.')), os.stat('checks.py').st_uid == os.getuid())\n"
-        "import checks\nprint(checks.HELPER)",
+        "import checks\nprint(checks.HELPER)\n"
+        "print([line.split()[1] for line in open('/proc/self/status') if line.startswith('Cap')])\n"
+        "for path in ('/dev/shm/flood', '/dev/flood'):\n    try:\n        open(path, 'w')\n"
+        "    except OSError as error:\n        print(type(error).__name__)",
         "for number in range(8):\n    open(f'big{number}.bin', 'wb').write(bytes(8 * 2**20))",
-        "for number in range(200):\n    open(f'small{number}.txt', 'w').close()",
+        "for name in os.listdir('.'):\n    if name.startswith('big'):\n        os.remove(name)\n" + FILL,
+        *INODE_FLOODS,
         SHOW_STATE,
         folder=tmp_path,
         fork=fork,
         sandbox=limits,
     )
-    assert printed(listing) == "['checks.py'] True\ncopied\n"
+    assert printed(listing) == "['checks.py'] True\ncopied\n" + str(["0000000000000000"] * 5) + "\n" + (
+        "PermissionError\nPermissionError\n" if os.geteuid() == 0 else "OSError\nOSError\n"
+    )
     assert enames(big) == ["OSError"] and "No space left on device" in str(big.outputs)
-    assert enames(many) == (["OSError"] if fork else [])
-    assert "No space left on device" in str(many.outputs) or not fork
+    assert [printed(flood) for flood in floods] == ["True No space left on device\n"] * len(INODE_FLOODS)
     assert printed(state) == "kept\n"
 
 
 def test_memory_that_rlimit_data_misses_kills_a_kernel_past_its_limit(fork):
-    """Shared anonymous mmap, memory files and, forked, System V shared memory (none of them counted by
-    RLIMIT_DATA), each 2 GiB written by a kernel limited to 1.5 GiB: the fork server (or, for a kernel in a sandbox
-    of its own, its manager) kills the kernel, the cell says it died, the kernel comes back with its state."""
+    """Shared anonymous mmap, memory files and System V shared memory (none of them counted by RLIMIT_DATA; the
+    System V segments attached, written and detached), each 2 GiB written by a kernel limited to 1.5 GiB: the fork
+    server (or, for a kernel in a sandbox of its own, its manager, which reads the sandbox's IPC namespace) kills
+    the kernel, the cell says it died, the kernel comes back with its state."""
     shared = (
         "import mmap\nblock = mmap.mmap(-1, 2 * 2**30)\n"
         "for start in range(0, 2 * 2**30, 2**24):\n    block[start:start + 2**24] = bytes(2**24)"
     )
     files = "kept = [os.memfd_create(str(n)) for n in range(40)]\nfor fd in kept:\n    os.write(fd, bytes(50 * 2**20))"
-    sysv = (
-        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        "libc.shmat.restype = ctypes.c_void_p\n"
-        "for _ in range(8):\n"
-        "    segment = libc.shmget(0, 2**28, 0o1600)\n"  # IPC_PRIVATE, IPC_CREAT | 0600
-        "    address = libc.shmat(segment, None, 0)\n"
-        "    ctypes.memset(address, 1, 2**28)\n"
-        "    libc.shmdt(ctypes.c_void_p(address))"
-    )
     limit = {"memory_bytes": 3 * 2**29}
-    attacks = [shared, files, sysv] if fork else [shared, files]  # System V: seen from the fork server only
+    attacks = [shared, files, SYSTEM_V.format(count=8, size=2**28)]
     cells = run(SETUP, *[c for a in attacks for c in (a, SHOW_STATE)], timeout=60, fork=fork, sandbox=limit)
     assert [enames(cell) for cell in cells[1::2]] == [["DeadKernelError"]] * len(attacks)
     assert [printed(cell) for cell in cells[2::2]] == ["kept\n"] * len(attacks)
+
+
+SYSTEM_V = """
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+for _ in range({count}):
+    segment = libc.shmget(0, {size}, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    if segment < 0:
+        print('refused:', errno.errorcode[ctypes.get_errno()])
+        break
+    address = libc.shmat(segment, None, 0)
+    ctypes.memset(address, 1, {size})
+    libc.shmdt(ctypes.c_void_p(address))
+"""
+"""A cell that creates, attaches, writes and detaches ``count`` System V segments of ``size`` bytes (left in the
+kernel's IPC namespace), or says why the first refused one was."""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="without root, the IPC namespace's limits are the machine root's")
+def test_system_v_segments_past_the_memory_limit_are_refused_in_a_sandbox_of_its_own():
+    """As root, the manager sets the sandbox's IPC namespace's kernel.shmall and shmmax to the memory limit: 8 segments
+    of 256 MiB, never written (no memory used), are refused from the 7th (1.5 GiB); a segment larger than the limit
+    is refused too; the kernel goes on (forked kernels share the server's namespace: their segments are watched)."""
+    untouched = "ids = [libc.shmget(0, 2**28, 0o1600) for _ in range(8)]\nprint(ids.count(-1))"
+    larger = "print(libc.shmget(0, 2**31, 0o1600), errno.errorcode[ctypes.get_errno()])"
+    setup = SYSTEM_V.format(count=0, size=0)
+    _, refused, too_large, state = run(SETUP + setup, untouched, larger, SHOW_STATE, fork=False,
+                                       sandbox={"memory_bytes": 3 * 2**29})
+    assert (printed(refused), printed(too_large), printed(state)) == ("2\n", "-1 EINVAL\n", "kept\n")
 
 
 @pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
