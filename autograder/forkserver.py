@@ -470,7 +470,7 @@ def work(request: str, command: list[str]) -> None:
     """Mount the working folder ``request`` describes (JSON: ``folder``, ``source``, ``uid``, ``size``, ``files``;
     :func:`_work_folder`), move into it, then exec ``command``. Never returns. Not root (a sandbox in a user
     namespace, whose mounts belong to bwrap's), it first makes a user namespace of its own, mapping only its user,
-    and a mount namespace in it, where it makes ``/dev`` (the user's, there) read-only.
+    and a mount namespace in it, where it makes ``/`` and ``/dev`` (tmpfs that are the user's, there) read-only.
 
     Raises:
         OSError: the mount or the copy fails, or ``command`` cannot be run.
@@ -485,12 +485,13 @@ def work(request: str, command: list[str]) -> None:
         for name, text in (("uid_map", f"{uid} {uid} 1"), ("setgroups", "deny"), ("gid_map", f"{gid} {gid} 1")):
             with open(f"/proc/self/{name}", "w") as setting:
                 setting.write(text)
-        # bwrap's /dev (and /dev/shm in it) is the kernel user's there: read-only, no unbounded tmpfs to fill.
-        kept = sum(flag for bit, flag in ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC))
-                   if os.statvfs("/dev").f_flag & bit)
-        if libc.mount(None, b"/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None) != 0:
-            number = ctypes.get_errno()
-            raise OSError(number, f"make /dev read-only: {os.strerror(number)}")
+        # bwrap's root and /dev (with /dev/shm) are tmpfs of the default size, the kernel user's there: read-only.
+        for path in ("/", "/dev"):
+            flags = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC))
+            kept = sum(flag for bit, flag in flags if os.statvfs(path).f_flag & bit)
+            if libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None) != 0:
+                number = ctypes.get_errno()
+                raise OSError(number, f"make {path} read-only: {os.strerror(number)}")
     _work_folder(folder["folder"], folder["uid"], folder["size"], folder["files"], source=folder["source"])
     os.chdir(folder["folder"])
     _empty_bounding_set()  # setpriv (util-linux 2.38) leaves it full in a user namespace
