@@ -133,7 +133,7 @@ def test_times_come_from_the_platform_or_nbgrader_never_from_a_student(tmp_path,
     blackboard = take(build("blackboard", tmp_path / "bb", *work_and_blank).path)
     ada = next(s for s in blackboard.submissions if s.student_id == "alovelace")
     assert ada.timestamp == datetime(2026, 11, 30, 18, 30, tzinfo=timezone.utc)
-    assert ada.review and "2 copies handed in" in ada.notes[0]
+    assert ada.review and "2 copies handed in" in ada.notes[0] and "(the latest submission time)" in ada.notes[0]
     receipts = [row for row in blackboard.manifest if row.file.endswith(".txt")]
     assert len(receipts) == 3 and {row.status for row in receipts} == {"platform metadata"}
 
@@ -256,6 +256,7 @@ def test_a_canvas_resubmission_wins_a_tie_over_the_first_upload(tmp_path, work_a
     files = {"lovelaceada_1001_5001_01_tensors.ipynb": work, "lovelaceada_1001_5001_01_tensors-1.ipynb": work}
     (ada,) = taken(tmp_path / "download", files).submissions
     assert ada.source == "lovelaceada_1001_5001_01_tensors-1.ipynb" and ada.review
+    assert "(Canvas's later upload)" in ada.notes[-1]  # no time, the same answers: not the time rule
 
 
 def test_copies_grade_the_latest_then_the_most_answered_and_ask_for_review(tmp_path, work_and_blank):
@@ -277,6 +278,11 @@ def test_copies_grade_the_latest_then_the_most_answered_and_ask_for_review(tmp_p
     placed = place(Course(tmp_path / "course"), chosen["cy"], release=release(ASSIGNMENT))
     assert chosen["cy"].status == "review"
     assert "not graded: cy/01_tensors/01_tensors.ipynb" in chosen["cy"].notes[-1]
+    assert "(the most answered solution cells)" in chosen["cy"].notes[-1]
+    twins = taken(tmp_path / "twins", {"section1/bo/01_tensors/01_tensors.ipynb": work,
+                                       "section2/bo/01_tensors/01_tensors.ipynb": work})
+    (bo,) = twins.submissions
+    assert bo.source == "section2/bo/01_tensors/01_tensors.ipynb" and "(the last by name)" in bo.notes[-1]
     assert (placed / "01_tensors.ipynb").read_text() != blank
 
 

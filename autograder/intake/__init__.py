@@ -14,8 +14,8 @@ assignment (a resubmission, two sections, a draft beside the final, a blank
 notebook beside a filled one): the latest submission time the platform gives,
 then the notebook with the most solution cells changed from the release, then
 Canvas's later upload (``-2`` over ``-1`` over none), then the one named
-``<assignment_id>.ipynb``, then the first by name. The others are
-named in the notes, and the submission's status is ``review``.
+``<assignment_id>.ipynb``, then the last by name. The others are
+named in the notes with the rule that decided, and the submission's status is ``review``.
 
 Submission times come only from the platform (Blackboard's receipt and file
 names, Gradescope's metadata) or from nbgrader's own ``timestamp.txt`` in its
@@ -400,6 +400,9 @@ class _Candidate:
 
 
 EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+CHOICE_RULES = ("the latest submission time", "the most answered solution cells", "Canvas's later upload")
+"""The rules that choose among a student's copies, in order (the module's docstring), as a note names the one that
+decided (then the copy named ``<assignment_id>.ipynb``, then the last by name)."""
 
 
 def _choose(
@@ -418,6 +421,11 @@ def _choose(
 
     ordered = sorted(sorted(found, key=lambda c: c.entry.name, reverse=True), key=rank, reverse=True)
     chosen, rest = ordered[0], ordered[1:]
+    if rest:  # the first rule that tells the graded copy from the next one
+        deciders = [*CHOICE_RULES, f"named {assignment_id}.ipynb"]
+        decided = next(
+            (rule for rule, a, b in zip(deciders, rank(chosen), rank(rest[0])) if a != b), "the last by name"
+        )
     base = chosen.claim.file_id.rsplit("/", 1)[-1]
     renamed = f"notebook {base!r} graded as '{assignment_id}.ipynb'" if base != f"{assignment_id}.ipynb" else ""
     notes = [note for note in (chosen.naming or renamed,) if note]
@@ -425,7 +433,7 @@ def _choose(
         notes.append("late: the platform marked it late (the download does not say by how much)")
     if rest:
         notes.append(
-            f"{len(found)} copies handed in; graded {chosen.entry.name} (latest time, then most answered cells); "
+            f"{len(found)} copies handed in; graded {chosen.entry.name} ({decided}); "
             f"not graded: {', '.join(c.entry.name for c in rest)}"
         )
     submission = Submission(
