@@ -3,8 +3,13 @@
 tests/test_grading.py grades two batches through the real pipeline and reads the files `grade` writes.
 """
 
+import os
+import subprocess
+import sys
+
 from autograder.classreport import CellResult, ClassReport
 from autograder.cli import main
+from autograder.course import ROOT, run_nbgrader
 
 
 def cell(student, name, score, *, max_score=2.0, autograded=True, attempted=True, pending=False):
@@ -60,3 +65,19 @@ def test_report_before_any_grading_says_so(course_copy, capsys):
     error = capsys.readouterr().err
     assert "no gradebook.db" in error and "nothing graded yet" in error
     assert not (course_copy.root / "gradebook.db").exists()
+
+
+def test_nbgrader_finds_alembic_by_the_course_config_alone_and_report_into_a_closed_pipe_exits_quietly(course_copy):
+    """nbgrader_config.py is the one place that puts this environment's bin/ on PATH (nbgrader runs ``alembic`` by
+    name when it creates a gradebook); ``report | head`` once ended in a BrokenPipeError traceback."""
+    made = run_nbgrader(course_copy, "db", "assignment", "add", "01_tensors", env={"PATH": "/usr/bin:/bin"})
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert (course_copy.root / "gradebook.db").exists()
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader is gone before the report writes a line, as `head` after its lines
+    try:
+        command = [sys.executable, "-m", "autograder", "--course", str(course_copy.root), "report"]
+        process = subprocess.run(command, cwd=ROOT, stdout=writer, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(writer)
+    assert (process.returncode, process.stderr) == (1, "")
