@@ -125,15 +125,15 @@ def die_with_parent(parent: int) -> None:
 
 
 def nbgrader_environment(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment nbgrader runs in: this process's, with this interpreter's commands first on ``PATH`` (nbgrader
-    runs ``alembic`` from it), the course's package importable (nbgrader_config.py names its preprocessors), hash
-    seed 0, no ``MPLBACKEND``; ``env`` adds to (or overrides) it."""
-    bin_dir = str(Path(sys.executable).parent)
+    """The environment nbgrader runs in: this process's, with the course's package importable (nbgrader_config.py
+    names its preprocessors), hash seed 0, no ``MPLBACKEND``; ``env`` adds to (or overrides) it.
+
+    ``PATH`` is left as it is: nbgrader_config.py, which every nbgrader process loads first (formgrader's too), puts
+    the environment's commands on it for ``alembic``."""
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     environment = {
         **os.environ,
         "PYTHONHASHSEED": "0",
-        "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
         "PYTHONPATH": python_path,
         **(env or {}),
     }
