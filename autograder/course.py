@@ -268,6 +268,12 @@ class TaskHeading:
         return "task_" + self.number.replace(".", "_")
 
 
+def cell_number(index: int) -> str:
+    """How a message names the cell at 0-based ``index`` of a notebook: ``cell N``, counted from 1 at the top, as an
+    author counts the cells scrolling down in JupyterLab (nbformat's list of cells counts from 0)."""
+    return f"cell {index + 1}"
+
+
 def task_headings(notebook: nbformat.NotebookNode) -> list[TaskHeading | None]:
     """For each cell of ``notebook``, the task heading it lies under (None outside every task).
 
