@@ -31,7 +31,8 @@ from autograder.grade import Grading, grade
 from autograder.intake import opened, place, refuse_course_folders
 from autograder.intake.archives import MAX_MEMBERS, MAX_RATIO
 from autograder.intake.roster import Roster, map_student, safe_id, write_mapping
-from autograder.report import GRADES_COLUMNS
+from autograder.classreport import class_report, write_class_report
+from autograder.report import GRADES_COLUMNS, MARKED_LATE
 from autograder.samples import samples
 
 COURSE = Course(ROOT)
@@ -617,6 +618,7 @@ def test_a_graded_download_gives_grades_and_statuses_an_instructor_can_act_on(gr
     assert "late" not in bea[0]["notes"]
     ada = [row for row in tasks if row["student_id"] == "s001"]
     assert {row["submission_status"] for row in ada} == {"review"} and "late by 6h 30min (nbgrader)" in ada[0]["notes"]
+    assert {row["late"] for row in ada} == {"6h 30min"} and {row["late"] for row in bea} == {""}
     assert {row["submission_status"] for row in tasks if row["student_id"] == kim} == {"review"}
     assert [row["submission_status"] for row in tasks if row["student_id"] == "jdoe"] == ["nothing graded"]
     (zoe,) = [row for row in tasks if row["student_id"] == "zoe"]
@@ -725,6 +727,22 @@ def test_graded_shapes_keep_the_platform_times_and_canvas_late_mark(graded_shape
     for shape, late in (("canvas", "brontebea_1002"), ("zip_collect", "zc-bea")):
         notes = {row["student_id"]: row["notes"] for row in graded_shapes[shape].tasks}
         assert "late: the platform marked it late" in notes[late] and "late" not in notes[WORK[shape]]
+
+
+def test_the_platform_late_mark_stays_in_every_task_results_file_through_later_batches(graded_shapes):
+    """Canvas gives no time, only ``_LATE_``: the batch's task results say late (the platform's mark, no time), and
+    so do the class results after the four batches graded since in the same course (the gradebook has no field
+    for the mark; a time is never made up)."""
+    canvas = graded_shapes["canvas"]
+    late = {row["student_id"]: row["late"] for row in canvas.tasks}
+    assert (late["brontebea_1002"], late[WORK["canvas"]]) == (MARKED_LATE, "")
+    course = Course(canvas.grading.task_results_csv.parent)
+    write_class_report(course, class_report(course))
+    every = read_csv(course.root / "task_results_all.csv")
+    assert {row["student_id"] for row in every if row["late"]} == {"brontebea_1002", "zc-bea"}
+    assert {row["late"] for row in every if row["late"]} == {MARKED_LATE}
+    bea = [row for row in every if row["student_id"] == "brontebea_1002"]
+    assert {row["submission_status"] for row in bea} == {"unattempted"} and "platform marked it late" in bea[0]["notes"]
 
 
 def test_graded_shapes_share_executions_of_the_same_notebooks(graded_shapes):

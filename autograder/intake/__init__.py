@@ -70,8 +70,8 @@ class Submission:
     """``ok``, ``repaired``, ``unattempted``, ``review`` or ``invalid notebook``: see :func:`place`."""
     review: bool = False
     """Intake chose among several copies: the status is ``review`` whatever the notebook holds."""
-    unanswered: set[str] = field(default_factory=set)
-    """grade_ids of the solution cells left as released (set by :func:`place`)."""
+    platform_late: bool = False
+    """The platform marked it late without a time (Canvas's ``_LATE_``): late, by how much not known."""
 
 
 @dataclass(frozen=True)
@@ -444,6 +444,7 @@ def _choose(
         timestamp=chosen.claim.timestamp,
         notes=notes,
         review=bool(rest),
+        platform_late=chosen.claim.late,
     )
     rows = [ManifestRow(chosen.entry.name, "graded", student_id, assignment_id, "; ".join(notes))]
     rows += [
@@ -500,7 +501,6 @@ def place(course: Course, submission: Submission, *, release: NotebookNode) -> P
     if normalised.review:
         submission.notes.append(f"touches the grading machinery, read it: {'; '.join(normalised.review[:5])}")
     answered = _answered(normalised.notebook, release) if normalised.readable else set()
-    submission.unanswered = {grade_id(c) for c in release.cells if is_solution(c)} - answered
     submission.status = (
         "invalid notebook"
         if not normalised.readable
