@@ -26,6 +26,7 @@ from .course import (
     RAISES_TAG,
     Course,
     CourseError,
+    cell_number,
     generate_assignment,
     raises_on_purpose,
     read_notebook,
@@ -231,7 +232,7 @@ def reference_problems(notebook: nbformat.NotebookNode) -> list[str]:
     for index, cell in enumerate(notebook.cells):
         if cell.cell_type != "code":
             continue
-        where = f"cell {index} ({cell.get('id', '?')})"
+        where = f"{cell_number(index)} (id {cell.get('id', '?')})"
         tagged = raises_on_purpose(cell)
         errors = [o for o in cell.outputs if o.output_type == "error"]
         if errors and not tagged:

@@ -11,6 +11,10 @@ cells, a solution code cell with no autograder-tests cell after it, a solution o
 autograder-tests cell without its BEGIN SOLUTION / BEGIN HIDDEN TESTS markers,
 and a cell that raises on purpose without the ``raises-exception`` tag
 (JupyterLab's Run All, like nbgrader, stops at the first error of an untagged cell).
+
+Findings name a cell as its author finds it: by grade_id where it has one, the task heading it lies under, and
+``cell N`` counted from 1 at the top of the notebook (:func:`autograder.course.cell_number`). A finding that ``build``
+fixes says "run build"; where nbgrader refuses the source (``build`` would refuse too), none says so.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from .course import (
     SOLUTION_MARKERS,
     Course,
     CourseError,
+    TaskHeading,
+    cell_number,
     grade_id,
     is_autograded_answer,
     is_autograder_tests,
@@ -61,9 +67,25 @@ def check(course: Course, *, assignment_ids: list[str] | None = None) -> list[st
     for assignment_id in course.chosen(assignment_ids):
         source = read_notebook(course.source_notebook(assignment_id))
         findings += [f"source/{assignment_id}: {f}" for f in source_findings(source)]
-        findings += release_findings(course, assignment_id, source)
-        findings += reference_findings(course, assignment_id)
+        with tempfile.TemporaryDirectory(prefix="release-check-") as scratch:
+            try:
+                fresh, fix = generate_release(course, assignment_id, destination=Path(scratch)), RUN_BUILD
+            except CourseError as error:  # the cause is quoted; the source findings above name it too, mostly
+                findings.append(f"release/{assignment_id}: not compared: {error}")
+                fresh, fix = None, BUILD_REFUSES
+            findings += release_findings(course, assignment_id, source, fresh=fresh, fix=fix)
+        findings += reference_findings(course, assignment_id, fix=fix)
     return findings
+
+
+RUN_BUILD = "run `python -m autograder build`"
+BUILD_REFUSES = "build refuses this source until the findings above are fixed"
+"""What a stale or missing file's finding says to do, as nbgrader took the source or refused it."""
+
+
+def _place(index: int, task: TaskHeading | None) -> str:
+    """``cell N`` (from 1) and, in a task, its heading: where an author finds the cell at ``index``."""
+    return cell_number(index) + (f", under {task.title!r}" if task else "")
 
 
 def source_findings(notebook: nbformat.NotebookNode) -> list[str]:
@@ -80,33 +102,34 @@ def cell_findings(notebook: nbformat.NotebookNode) -> list[str]:
     findings = []
     silent = SILENT_CALLS | returning_nothing(notebook)
     seen: dict[str, int] = {}
-    for index, cell in enumerate(notebook.cells):
-        cell_id = grade_id(cell)
+    for index, (cell, task) in enumerate(zip(notebook.cells, task_headings(notebook))):
+        cell_id, place = grade_id(cell), _place(index, task)
         if cell_id is not None:
             if cell_id in seen:
-                findings.append(f"grade_id {cell_id!r} is used by cells {seen[cell_id]} and {index}")
+                first = cell_number(seen[cell_id])
+                findings.append(f"grade_id {cell_id!r} is used by {first} and {place}: nbgrader refuses it")
             seen.setdefault(cell_id, index)
         if is_grade(cell):
             points = cell.metadata["nbgrader"].get("points")
             if not isinstance(points, (int, float)) or points <= 0:
-                findings.append(f"grade cell {cell_id!r} (cell {index}) has no points")
+                findings.append(f"grade cell {cell_id!r} ({place}) has no points")
         if is_autograder_tests(cell) and HIDDEN_TEST_MARKERS[0] not in cell.source:
-            findings.append(f"autograder-tests cell {cell_id!r} (cell {index}) has no {HIDDEN_TEST_MARKERS[0]} section")
+            findings.append(f"autograder-tests cell {cell_id!r} ({place}) has no {HIDDEN_TEST_MARKERS[0]} section")
         if is_autograder_tests(cell) and (last := bare_expression(cell.source, silent=silent)):
             findings.append(
-                f"autograder-tests cell {cell_id!r} (cell {index}) ends in the bare expression {last!r}: nbgrader "
+                f"autograder-tests cell {cell_id!r} ({place}) ends in the bare expression {last!r}: nbgrader "
                 "reads a number shown as the cell's value as partial credit (assign it, or end with a check)"
             )
         if is_autograded_answer(cell) and SOLUTION_MARKERS[0] not in cell.source:
-            findings.append(f"solution cell {cell_id!r} (cell {index}) has no {SOLUTION_MARKERS[0]} region")
+            findings.append(f"solution cell {cell_id!r} ({place}) has no {SOLUTION_MARKERS[0]} region")
         if is_autograded_answer(cell):
             following = next((c for c in notebook.cells[index + 1 :] if c.cell_type == "code"), None)
             if following is None or not is_autograder_tests(following):
-                findings.append(f"solution cell {cell_id!r} (cell {index}) has no autograder-tests cell after it")
+                findings.append(f"solution cell {cell_id!r} ({place}) has no autograder-tests cell after it")
         if marked(cell, NBVAL_RAISES) and not raises_on_purpose(cell):
-            findings.append(f"cell {index} is marked {NBVAL_RAISES} but not tagged {RAISES_TAG} (Run All stops there)")
+            findings.append(f"{place} is marked {NBVAL_RAISES} but not tagged {RAISES_TAG} (Run All stops there)")
         if raises_on_purpose(cell) and not marked(cell, NBVAL_RAISES):
-            findings.append(f"cell {index} is tagged {RAISES_TAG} but not marked {NBVAL_RAISES} for the student")
+            findings.append(f"{place} is tagged {RAISES_TAG} but not marked {NBVAL_RAISES} for the student")
     return findings
 
 
@@ -166,17 +189,17 @@ def grade_id_findings(notebook: nbformat.NotebookNode) -> list[str]:
     and feedback name each cell by its grade_id."""
     findings = []
     for index, (cell, task) in enumerate(zip(notebook.cells, task_headings(notebook))):
-        cell_id = grade_id(cell)
+        cell_id, place = grade_id(cell), cell_number(index)
         if cell_id is None:
             continue
         if task is not None and not cell_id.startswith(task.grade_id_prefix + "_"):
             findings.append(
-                f"grade_id {cell_id!r} (cell {index}) is not derived from its heading {task.title!r}: "
+                f"grade_id {cell_id!r} ({place}) is not derived from its heading {task.title!r}: "
                 f"name it {task.grade_id_prefix}_<what it does>"
             )
         elif task is None and OPAQUE_GRADE_ID.match(cell_id):
             findings.append(
-                f"grade_id {cell_id!r} (cell {index}) is JupyterLab's made-up id: name it after what it grades"
+                f"grade_id {cell_id!r} ({place}) is JupyterLab's made-up id: name it after what it grades"
             )
     return findings
 
@@ -211,31 +234,32 @@ def stated_count_findings(notebook: nbformat.NotebookNode) -> list[str]:
     return findings
 
 
-def release_findings(course: Course, assignment_id: str, source: nbformat.NotebookNode) -> list[str]:
-    """Staleness against a fresh nbgrader generate_assignment, and leaked solutions or hidden tests."""
+def release_findings(
+    course: Course, assignment_id: str, source: nbformat.NotebookNode, *, fresh: Path | None, fix: str = RUN_BUILD
+) -> list[str]:
+    """Staleness against ``fresh``, the release folder nbgrader generate_assignment just made from source/ (None:
+    nbgrader refused the source, nothing is compared), and leaked solutions or hidden tests. ``fix``: what a
+    stale or missing file's finding says to do."""
     released = course.release / assignment_id
     if not course.release_notebook(assignment_id).exists():
-        return [f"release/{assignment_id}: missing; run `python -m autograder build`"]
+        return [f"release/{assignment_id}: missing; {fix}"]
     findings = []
     release = read_notebook(course.release_notebook(assignment_id))
     findings += [f"release/{assignment_id}: {f}" for f in leak_findings(source, release)]
-    with tempfile.TemporaryDirectory(prefix="release-check-") as scratch:
-        try:
-            fresh = generate_release(course, assignment_id, destination=Path(scratch))
-        except CourseError as error:  # the cause is quoted; the source findings above name it too, mostly
-            return [*findings, f"release/{assignment_id}: not compared: {error}"]
-        fresh_files = {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
-        release_files = {p.relative_to(released) for p in released.rglob("*") if p.is_file()}
-        for name in sorted(fresh_files ^ release_files):
-            side = "missing from" if name in fresh_files else "not generated from source into"
-            findings.append(f"release/{assignment_id}: {name} is {side} release/ (stale; run build)")
-        for name in sorted(fresh_files & release_files):
-            if name.suffix == ".ipynb":
-                difference = first_difference(read_notebook(fresh / name), read_notebook(released / name))
-                if difference:
-                    findings.append(f"release/{assignment_id}/{name} is stale ({difference}); run build")
-            elif not filecmp.cmp(fresh / name, released / name, shallow=False):
-                findings.append(f"release/{assignment_id}/{name} is stale; run build")
+    if fresh is None:
+        return findings
+    fresh_files = {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
+    release_files = {p.relative_to(released) for p in released.rglob("*") if p.is_file()}
+    for name in sorted(fresh_files ^ release_files):
+        side = "missing from" if name in fresh_files else "not generated from source into"
+        findings.append(f"release/{assignment_id}: {name} is {side} release/ (stale; {fix})")
+    for name in sorted(fresh_files & release_files):
+        if name.suffix == ".ipynb":
+            difference = first_difference(read_notebook(fresh / name), read_notebook(released / name))
+            if difference:
+                findings.append(f"release/{assignment_id}/{name} is stale ({difference}); {fix}")
+        elif not filecmp.cmp(fresh / name, released / name, shallow=False):
+            findings.append(f"release/{assignment_id}/{name} is stale; {fix}")
     return findings
 
 
@@ -255,45 +279,47 @@ def leak_findings(source: nbformat.NotebookNode, release: nbformat.NotebookNode)
             elif line.strip() and not line.strip().startswith("#"):
                 secret.setdefault(line.strip(), f"{region} code")
     findings = []
-    for index, cell in enumerate(release.cells):
+    for index, (cell, task) in enumerate(zip(release.cells, task_headings(release))):
         for line in cell.source.splitlines():
             stripped = line.strip()
             if stripped in MARKERS:
-                findings.append(f"cell {index} holds the marker {stripped!r}")
+                findings.append(f"{_place(index, task)} holds the marker {stripped!r}")
             elif stripped in secret and stripped not in public_lines:
-                findings.append(f"cell {index} holds {secret[stripped]}: {stripped!r}")
+                findings.append(f"{_place(index, task)} holds {secret[stripped]}: {stripped!r}")
     return findings
 
 
-def reference_findings(course: Course, assignment_id: str) -> list[str]:
-    """Staleness of notebooks/<id>.ipynb against source/, unexecuted cells, stderr, test cells without records."""
+def reference_findings(course: Course, assignment_id: str, *, fix: str = RUN_BUILD) -> list[str]:
+    """Staleness of notebooks/<id>.ipynb against source/, unexecuted cells, stderr, test cells without records.
+    ``fix``: what a stale or missing file's finding says to do."""
     path = course.reference_notebook(assignment_id)
     where = f"notebooks/{assignment_id}.ipynb"
     if not path.exists():
-        return [f"{where}: missing; run `python -m autograder build`"]
+        return [f"{where}: missing; {fix}"]
     findings = []
     if not (course.notebooks / "checks.py").exists():
-        findings.append(f"notebooks/checks.py is missing (a link to {CHECKS_MODULE.name}); run build")
+        findings.append(f"notebooks/checks.py is missing (a link to {CHECKS_MODULE.name}); {fix}")
     stored = read_notebook(path)
     difference = first_difference(reference_cells(course, assignment_id), stored, notebook_metadata=False)
     if difference:
-        findings.append(f"{where} is stale ({difference}); run build")
-    for index, cell in enumerate(stored.cells):
+        findings.append(f"{where} is stale ({difference}); {fix}")
+    for index, (cell, task) in enumerate(zip(stored.cells, task_headings(stored))):
         if cell.cell_type != "code":
             continue
+        place = _place(index, task)
         if cell.get("execution_count") is None:
-            findings.append(f"{where}: cell {index} has not been executed")
+            findings.append(f"{where}: {place} has not been executed")
         if any(o.output_type == "stream" and o.name == "stderr" for o in cell.outputs):
-            findings.append(f"{where}: cell {index} has stderr output")
+            findings.append(f"{where}: {place} has stderr output")
         if any(o.output_type == "error" for o in cell.outputs) and not raises_on_purpose(cell):
-            findings.append(f"{where}: cell {index} raises but is not tagged {RAISES_TAG} (Run All would stop there)")
+            findings.append(f"{where}: {place} raises but is not tagged {RAISES_TAG} (Run All would stop there)")
         if is_autograder_tests(cell) and not cell_records(cell):
             findings.append(
                 f"{where}: test cell {grade_id(cell)} records no check (use the helpers in checks.py), "
                 "so the verdict outside the kernel cannot judge it"
             )
         elif is_autograder_tests(cell) and any(r.get("version") != RECORD_VERSION for r in cell_records(cell)):
-            findings.append(f"{where}: test cell {grade_id(cell)} holds old check records; run build")
+            findings.append(f"{where}: test cell {grade_id(cell)} holds old check records; {fix}")
     return findings
 
 
@@ -310,11 +336,11 @@ def first_difference(
         return f"{len(actual.cells)} cells instead of {len(expected.cells)}"
     for index, (want, have) in enumerate(zip(expected.cells, actual.cells)):
         if want.cell_type != have.cell_type:
-            return f"cell {index} is {have.cell_type} instead of {want.cell_type}"
+            return f"{cell_number(index)} is {have.cell_type} instead of {want.cell_type}"
         if want.source != have.source:
-            return f"cell {index} source differs"
+            return f"{cell_number(index)} source differs"
         if _metadata(want) != _metadata(have):
-            return f"cell {index} metadata differs"
+            return f"{cell_number(index)} metadata differs"
     return None
 
 

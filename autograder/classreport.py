@@ -2,8 +2,9 @@
 and the end of every ``grade``.
 
 Per assignment and grade cell: submissions, attempted, passed, mean score and pass rate, the tasks ranked
-by pass rate (``class_results.csv``); one row per submission and grade cell with the task's label, lateness
-and the submission's status (``task_results_all.csv``); per assignment a histogram of the scores and a bar
+by pass rate (``class_results.csv``); one row per submission and grade cell (``task_results_all.csv``, written by
+:func:`autograder.report.write_task_results` like a batch's ``task_results.csv``, from
+:func:`autograder.report.gradebook_results`); per assignment a histogram of the scores and a bar
 chart of the pass rates (PNG, matplotlib); and the written answers still waiting for a hand grade.
 """
 
@@ -16,30 +17,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure  # not pyplot: no global state, no display; savefig renders with Agg
 from matplotlib.ticker import MaxNLocator
-from nbgrader.api import Gradebook
 
-from .course import Course, CourseError, cell_labels, grade_id, is_autograder_tests, read_notebook
-from .report import answers_tested, columns, duration
-
-UNANSWERED = "No response."
-"""nbgrader's auto_comment on a solution cell left as released (``SaveAutoGrades._add_comment``)."""
-
-
-@dataclass(frozen=True)
-class CellResult:
-    """One grade cell of one submission, from the gradebook."""
-
-    assignment_id: str
-    student_id: str
-    grade_id: str
-    label: str
-    autograded: bool
-    score: float
-    max_score: float
-    attempted: bool
-    """Some solution cell it grades was changed from the release (a written answer: the answer itself)."""
-    needs_manual_grade: bool
-    seconds_late: float
+from .course import Course, CourseError
+from .report import SubmissionResult, TaskResult, columns, gradebook_results, write_task_results
 
 
 @dataclass(frozen=True)
@@ -75,16 +55,20 @@ class TaskSummary:
 class ClassReport:
     """The class's results, and the files written for them (:func:`write_class_report`)."""
 
-    cells: list[CellResult]
+    results: list[SubmissionResult]
     files: list[Path] = field(default_factory=list)
+
+    def cells(self) -> list[tuple[SubmissionResult, TaskResult]]:
+        """Every grade cell of every submission, with its submission."""
+        return [(result, task) for result in self.results for task in result.tasks]
 
     def tasks(self) -> list[TaskSummary]:
         """Every grade cell of every assignment, per assignment ranked by pass rate, lowest (hardest) first; answers
         waiting for a hand grade count in neither the pass rate nor the mean (a task none of whose answers is graded
         yet comes last)."""
-        groups: dict[tuple[str, str], list[CellResult]] = {}
-        for cell in self.cells:
-            groups.setdefault((cell.assignment_id, cell.grade_id), []).append(cell)
+        groups: dict[tuple[str, str], list[TaskResult]] = {}
+        for result, task in self.cells():
+            groups.setdefault((result.assignment_id, task.grade_id), []).append(task)
         summaries = []
         for (assignment_id, name), found in groups.items():
             graded = [c for c in found if not c.needs_manual_grade]
@@ -107,14 +91,14 @@ class ClassReport:
     def scores(self) -> dict[str, dict[str, float]]:
         """assignment -> student -> total score."""
         totals: dict[str, dict[str, float]] = {}
-        for cell in self.cells:
-            student = totals.setdefault(cell.assignment_id, {})
-            student[cell.student_id] = student.get(cell.student_id, 0.0) + cell.score
+        for result in self.results:
+            if result.tasks:
+                totals.setdefault(result.assignment_id, {})[result.student_id] = result.score
         return totals
 
-    def pending(self) -> list[CellResult]:
-        """The answers that still need a hand grade."""
-        return [cell for cell in self.cells if cell.needs_manual_grade]
+    def pending(self) -> list[tuple[SubmissionResult, TaskResult]]:
+        """The answers that still need a hand grade, with their submissions."""
+        return [(result, task) for result, task in self.cells() if task.needs_manual_grade]
 
     def summary(self) -> str:
         """The tasks table (hardest first per assignment), the hand grades still to give, and the files."""
@@ -134,65 +118,22 @@ class ClassReport:
         text = columns(headers, rows)
         pending = self.pending()
         text += f"\n\n{len(pending)} answer(s) to grade by hand (formgrader)" + "".join(
-            f"\n  {c.assignment_id} {c.student_id}: {c.label}" for c in pending
+            f"\n  {result.assignment_id} {result.student_id}: {task.label}" for result, task in pending
         )
         return text + "".join(f"\n{path}" for path in self.files)
 
 
 def class_report(course: Course) -> ClassReport:
-    """Read every submission's grades from the course's gradebook.
-
-    Labels and what each grade cell tests come from source/ (the grade_id itself where an assignment of the
-    gradebook has no source notebook any more).
+    """Read every submission's grades from the course's gradebook (:func:`autograder.report.gradebook_results`).
 
     Raises:
         CourseError: the course has no gradebook yet (nothing was graded).
     """
     if not (course.root / "gradebook.db").exists():
         raise CourseError(f"no gradebook.db in {course.root}: nothing graded yet (python -m autograder grade ...)")
-    cells = []
-    with Gradebook(course.db_url) as gradebook:
-        for assignment in gradebook.assignments:
-            labels, tested, autograded = {}, {}, set()
-            if course.source_notebook(assignment.name).exists():
-                source = read_notebook(course.source_notebook(assignment.name))
-                labels, tested = cell_labels(source), answers_tested(source)
-                autograded = {grade_id(c) for c in source.cells if is_autograder_tests(c)}
-            for submission in gradebook.assignment_submissions(assignment.name):
-                for notebook in submission.notebooks:
-                    unanswered = {c.name for c in notebook.comments if c.auto_comment == UNANSWERED}
-                    for grade in notebook.grades:
-                        answers = tested.get(grade.name) or {grade.name}
-                        cells.append(
-                            CellResult(
-                                assignment_id=assignment.name,
-                                student_id=submission.student_id,
-                                grade_id=grade.name,
-                                label=labels.get(grade.name, grade.name),
-                                autograded=grade.name in autograded,
-                                score=float(grade.score),
-                                max_score=float(grade.max_score),
-                                attempted=not answers <= unanswered,
-                                needs_manual_grade=bool(grade.needs_manual_grade),
-                                seconds_late=float(submission.total_seconds_late),
-                            )
-                        )
-    return ClassReport(cells)
+    return ClassReport(gradebook_results(course))
 
 
-CELL_COLUMNS = [
-    "assignment",
-    "student_id",
-    "grade_id",
-    "task",
-    "kind",
-    "score",
-    "max_score",
-    "attempted",
-    "needs_manual_grade",
-    "late",
-    "submission_status",
-]
 SUMMARY_COLUMNS = [
     "assignment",
     "grade_id",
@@ -208,35 +149,11 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def write_class_report(course: Course, report: ClassReport, *, batch_csv: Path | None = None) -> list[Path]:
-    """Write ``class_results.csv``, ``task_results_all.csv`` and per assignment ``scores_<id>.png`` and
-    ``pass_rates_<id>.png`` into the course directory; the paths are also kept in ``report.files``.
-
-    A submission's status (intake's ``ok``, ``repaired``, ...) is not in the gradebook: it comes from the
-    batch just graded (``batch_csv``, that batch's task_results.csv), else from the previous
-    task_results_all.csv, else it is empty.
-    """
-    merged = course.root / "task_results_all.csv"
-    statuses = {**_statuses(merged), **_statuses(batch_csv)}
-    with merged.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(CELL_COLUMNS)
-        for c in report.cells:
-            writer.writerow(
-                [
-                    c.assignment_id,
-                    c.student_id,
-                    c.grade_id,
-                    c.label,
-                    "autograded" if c.autograded else "manual",
-                    f"{c.score:g}",
-                    f"{c.max_score:g}",
-                    str(c.attempted).lower(),
-                    str(c.needs_manual_grade).lower(),
-                    duration(c.seconds_late) if c.seconds_late > 0 else "",
-                    statuses.get((c.assignment_id, c.student_id), ""),
-                ]
-            )
+def write_class_report(course: Course, report: ClassReport) -> list[Path]:
+    """Write ``class_results.csv``, ``task_results_all.csv`` (:func:`autograder.report.write_task_results`) and per
+    assignment ``scores_<id>.png`` and ``pass_rates_<id>.png`` into the course directory; the paths are also kept in
+    ``report.files``."""
+    merged = write_task_results(report.results, course.root / "task_results_all.csv")
     summary = course.root / "class_results.csv"
     with summary.open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -256,14 +173,6 @@ def write_class_report(course: Course, report: ClassReport, *, batch_csv: Path |
         ranked = [t for t in tasks if t.assignment_id == assignment_id and t.autograded]
         report.files.append(_pass_rates(course.root / f"pass_rates_{assignment_id}.png", assignment_id, ranked))
     return report.files
-
-
-def _statuses(path: Path | None) -> dict[tuple[str, str], str]:
-    """(assignment, student) -> submission_status, from a task results CSV (empty if there is none)."""
-    if path is None or not path.exists():
-        return {}
-    with path.open(newline="") as handle:
-        return {(row["assignment"], row["student_id"]): row["submission_status"] for row in csv.DictReader(handle)}
 
 
 def _histogram(path: Path, assignment_id: str, totals: dict[str, float], maximum: float) -> Path:

@@ -175,7 +175,7 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
         f"\nmanifest (every file of the download): {grading.manifest_csv}\nstudent ids: {grading.student_ids_csv}"
     )
     results = class_report(course)
-    files = write_class_report(course, results, batch_csv=grading.task_results_csv)
+    files = write_class_report(course, results)
     print(f"class results over every batch graded ({len(results.pending())} answer(s) to grade by hand):")
     print("\n".join(f"  {path}" for path in files))
     return 0

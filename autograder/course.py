@@ -125,15 +125,15 @@ def die_with_parent(parent: int) -> None:
 
 
 def nbgrader_environment(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment nbgrader runs in: this process's, with this interpreter's commands first on ``PATH`` (nbgrader
-    runs ``alembic`` from it), the course's package importable (nbgrader_config.py names its preprocessors), hash
-    seed 0, no ``MPLBACKEND``; ``env`` adds to (or overrides) it."""
-    bin_dir = str(Path(sys.executable).parent)
+    """The environment nbgrader runs in: this process's, with the course's package importable (nbgrader_config.py
+    names its preprocessors), hash seed 0, no ``MPLBACKEND``; ``env`` adds to (or overrides) it.
+
+    ``PATH`` is left as it is: nbgrader_config.py, which every nbgrader process loads first (formgrader's too), puts
+    the environment's commands on it for ``alembic``."""
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     environment = {
         **os.environ,
         "PYTHONHASHSEED": "0",
-        "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
         "PYTHONPATH": python_path,
         **(env or {}),
     }
@@ -266,6 +266,12 @@ class TaskHeading:
     def grade_id_prefix(self) -> str:
         """What the grade_ids of the task's cells start with: ``task_2_3`` (then ``_<name>``)."""
         return "task_" + self.number.replace(".", "_")
+
+
+def cell_number(index: int) -> str:
+    """How a message names the cell at 0-based ``index`` of a notebook: ``cell N``, counted from 1 at the top, as an
+    author counts the cells scrolling down in JupyterLab (nbformat's list of cells counts from 0)."""
+    return f"cell {index + 1}"
 
 
 def task_headings(notebook: nbformat.NotebookNode) -> list[TaskHeading | None]:

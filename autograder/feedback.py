@@ -239,7 +239,8 @@ def visible_source(source: str) -> str:
             run += 1
             continue
         if run:
-            kept.append(f"# ({max(run - 2, 0)} lines of hidden tests, not shown)")
+            hidden_count = max(run - 2, 0)  # the two marker lines are not tests
+            kept.append(f"# ({hidden_count} line{'' if hidden_count == 1 else 's'} of hidden tests, not shown)")
             run = 0
         kept.append(line)
     return "\n".join(kept[:-1])

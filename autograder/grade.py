@@ -129,6 +129,7 @@ def grade(
             result.notes.append(NOT_ISOLATED)
     task_results_csv = course.root / "task_results.csv"
     report.write_task_results(results, task_results_csv)
+    report.remember(course, results)  # what intake knew (status, notes, a platform's late mark), for later reports
     return Grading(
         results=results,
         intake=found,

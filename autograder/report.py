@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import nbformat
 from nbgrader.api import Grade, Gradebook, MissingEntry
 from nbgrader.plugins import ExportPlugin
 
-from .course import Course, grade_id, is_autograder_tests, is_grade, is_solution, read_notebook
+from .course import Course, cell_labels, grade_id, is_autograder_tests, is_grade, is_solution, read_notebook
 from .execute import KERNEL_DIED, NOT_RUN, TIMEOUT
 from .intake import Submission
 
@@ -23,10 +25,15 @@ class TaskResult:
     """One grade cell of one submission, as the gradebook holds it."""
 
     grade_id: str
+    label: str
+    """The task's heading (``Task 2.3 - contiguous strides``) whatever its grade_id
+    (:func:`autograder.course.cell_labels`)."""
     score: float
     max_score: float
     autograded: bool
     """True for autograder-tests cells, False for answers an instructor grades by hand."""
+    attempted: bool
+    """Some solution cell it grades was changed from the release (a written answer: the answer itself)."""
     needs_manual_grade: bool
     status: str
     """``ok`` (full marks), ``failed``, ``unattempted`` (the solution cells it checks left as released),
@@ -51,6 +58,10 @@ class SubmissionResult:
     status: str
     notes: list[str] = field(default_factory=list)
     tasks: list[TaskResult] = field(default_factory=list)
+    seconds_late: float = 0.0
+    """How late by the submission time and the due date in the gradebook (nbgrader's ``total_seconds_late``)."""
+    platform_late: bool = False
+    """The platform marked it late without giving a time (Canvas's ``_LATE_``)."""
 
     @property
     def score(self) -> float:
@@ -64,64 +75,176 @@ class SubmissionResult:
     def needs_manual_grade(self) -> bool:
         return any(task.needs_manual_grade for task in self.tasks)
 
+    @property
+    def late(self) -> str:
+        """How late, as the task results say it: by how much where a time is known (``6h 30min``), else
+        :data:`MARKED_LATE` where the platform marked it late, else empty (on time, or not known). No time is
+        ever made up."""
+        if self.seconds_late > 0:
+            return duration(self.seconds_late)
+        return MARKED_LATE if self.platform_late else ""
+
+
+MARKED_LATE = "late (platform mark, no time)"
+"""The late column of a submission the platform marked late (Canvas's ``_LATE_``) without a time."""
+
+SUBMISSIONS_FILE = "gradebook.submissions.json"
+"""What intake knew of each graded submission and the gradebook has no field for, kept beside it (git-ignored like
+the gradebook) so that every later report has it: ``{"<assignment>/<student>": {"status": ..., "notes": [...],
+"platform_late": bool}}`` from the batch that graded it last (:func:`remember`)."""
+
 
 def collect(course: Course, submissions: list[Submission]) -> list[SubmissionResult]:
     """Read the grades of each submission from the gradebook (after nbgrader autograde ran), in order.
 
     The gradebook is opened once, and each assignment's source notebook read
-    once: what each grade cell is (autograded or manual, and its place in the
+    once: what each grade cell is (autograded or manual, its label, and its place in the
     notebook) comes from source/, never from the student's copy.
     """
-    grade_cells: dict[str, dict[str, nbformat.NotebookNode]] = {}
-    answers_of: dict[str, dict[str, set[str]]] = {}
-    results = []
+    sources: dict[str, _Source] = {}
     with Gradebook(course.db_url) as gradebook:
-        for submission in submissions:
-            student_id, assignment_id = submission.student_id, submission.assignment_id
-            result = SubmissionResult(student_id, assignment_id, status="not graded", notes=submission.notes)
-            results.append(result)
-            autograded = course.root / "autograded" / student_id / assignment_id / f"{assignment_id}.ipynb"
-            if not autograded.exists():
-                continue
-            try:
-                notebook = gradebook.find_submission_notebook(assignment_id, assignment_id, student_id)
-            except MissingEntry:
-                continue
-            if assignment_id not in grade_cells:
-                source = read_notebook(course.source_notebook(assignment_id))
-                grade_cells[assignment_id] = {grade_id(cell): cell for cell in source.cells if is_grade(cell)}
-                answers_of[assignment_id] = answers_tested(source)
-            if notebook.assignment.total_seconds_late > 0:
-                result.notes.append(f"late by {duration(notebook.assignment.total_seconds_late)} (nbgrader)")
-            cells = grade_cells[assignment_id]
-            order = list(cells)
-            grades = sorted(notebook.grades, key=lambda g: order.index(g.name) if g.name in order else len(order))
-            executed = read_notebook(autograded)
-            errors = {
-                grade_id(cell): {output.get("ename") for output in cell.get("outputs", [])}
-                for cell in executed.cells
-                if is_grade(cell)
+        return [
+            _read(
+                course,
+                gradebook,
+                sources,
+                SubmissionResult(s.student_id, s.assignment_id, s.status, s.notes, platform_late=s.platform_late),
+            )
+            for s in submissions
+        ]
+
+
+def gradebook_results(course: Course) -> list[SubmissionResult]:
+    """Every submission of the course's gradebook (every batch graded so far), with the status, notes and platform
+    late mark of the batch that graded it last (:data:`SUBMISSIONS_FILE`; empty for one graded before it was kept),
+    and those that nbgrader could not grade; by assignment, then student.
+
+    The gradebook must exist (``gradebook.db`` in the course directory).
+    """
+    remembered = _remembered(course)
+    sources: dict[str, _Source] = {}
+    with Gradebook(course.db_url) as gradebook:
+        keys = {
+            (assignment.name, submission.student_id)
+            for assignment in gradebook.assignments
+            for submission in gradebook.assignment_submissions(assignment.name)
+        }
+        keys |= {tuple(key.split("/", 1)) for key in remembered}
+        results = []
+        for assignment_id, student_id in sorted(keys):
+            known = remembered.get(f"{assignment_id}/{student_id}", {})
+            result = SubmissionResult(
+                student_id,
+                assignment_id,
+                known.get("status", ""),
+                list(known.get("notes", [])),
+                platform_late=bool(known.get("platform_late", False)),
+            )
+            results.append(_read(course, gradebook, sources, result))
+        return results
+
+
+def remember(course: Course, results: list[SubmissionResult]) -> Path:
+    """Record each result's status, intake notes and platform late mark in :data:`SUBMISSIONS_FILE` (a student's
+    record replaced by a new batch's; a result of no assignment, ``nothing graded``, is the batch's alone).
+    Returns the file's path. Written whole and then renamed, so a crash leaves the old one."""
+    path = course.root / SUBMISSIONS_FILE
+    records = _remembered(course)
+    for result in results:
+        if result.assignment_id in course.assignment_ids():
+            records[f"{result.assignment_id}/{result.student_id}"] = {
+                "status": result.status,
+                "notes": [note for note in result.notes if not note.endswith(NBGRADER_LATE)],
+                "platform_late": result.platform_late,
             }
-            result.tasks = [
-                TaskResult(
-                    grade_id=grade.name,
-                    score=float(grade.score),
-                    max_score=float(grade.max_score),
-                    autograded=grade.name in cells and is_autograder_tests(cells[grade.name]),
-                    needs_manual_grade=bool(grade.needs_manual_grade),
-                    status=_task_status(
-                        grade,
-                        cells.get(grade.name),
-                        errors.get(grade.name, set()),
-                        submission.status,
-                        unattempted=bool(answers_of[assignment_id].get(grade.name))
-                        and answers_of[assignment_id][grade.name] <= submission.unanswered,
-                    ),
-                )
-                for grade in grades
-            ]
-            result.status = submission.status
-    return results
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(records, indent=1, sort_keys=True))
+    os.replace(partial, path)
+    return path
+
+
+NBGRADER_LATE = "(nbgrader)"
+"""The end of the note that says how late the gradebook's times make a submission (read again on each report)."""
+
+
+def _remembered(course: Course) -> dict[str, dict]:
+    path = course.root / SUBMISSIONS_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What an assignment's source notebook says of its grade cells."""
+
+    cells: dict[str, nbformat.NotebookNode]
+    labels: dict[str, str]
+    tested: dict[str, set[str]]
+
+
+def _read(
+    course: Course,
+    gradebook: Gradebook,
+    sources: dict[str, _Source],
+    result: SubmissionResult,
+) -> SubmissionResult:
+    """``result`` with its tasks and lateness (a note too) from the gradebook and its autograded notebook (status
+    ``not graded`` where there is none); ``sources`` caches each assignment's :class:`_Source`."""
+    student_id, assignment_id = result.student_id, result.assignment_id
+    autograded = course.root / "autograded" / student_id / assignment_id / f"{assignment_id}.ipynb"
+    try:
+        notebook = gradebook.find_submission_notebook(assignment_id, assignment_id, student_id)
+    except MissingEntry:
+        notebook = None
+    if notebook is None or not autograded.exists():
+        result.status = "not graded"
+        return result
+    if assignment_id not in sources:
+        path = course.source_notebook(assignment_id)
+        source = read_notebook(path) if path.exists() else nbformat.v4.new_notebook()
+        sources[assignment_id] = _Source(
+            {grade_id(cell): cell for cell in source.cells if is_grade(cell)}, cell_labels(source), answers_tested(source)
+        )
+    known = sources[assignment_id]
+    result.seconds_late = float(notebook.assignment.total_seconds_late)
+    if result.seconds_late > 0:
+        result.notes.append(f"late by {duration(result.seconds_late)} {NBGRADER_LATE}")
+    order = list(known.cells)
+    grades = sorted(notebook.grades, key=lambda g: order.index(g.name) if g.name in order else len(order))
+    executed = read_notebook(autograded)
+    errors = {
+        grade_id(cell): {output.get("ename") for output in cell.get("outputs", [])}
+        for cell in executed.cells
+        if is_grade(cell)
+    }
+    unanswered = {c.name for c in notebook.comments if c.auto_comment == UNANSWERED}
+    tasks = []
+    for grade in grades:
+        cell = known.cells.get(grade.name)
+        tested = known.tested.get(grade.name, set())
+        tasks.append(
+            TaskResult(
+                grade_id=grade.name,
+                label=known.labels.get(grade.name, grade.name),
+                score=float(grade.score),
+                max_score=float(grade.max_score),
+                autograded=cell is not None and is_autograder_tests(cell),
+                attempted=not (tested or {grade.name}) <= unanswered,
+                needs_manual_grade=bool(grade.needs_manual_grade),
+                status=_task_status(
+                    grade,
+                    cell,
+                    errors.get(grade.name, set()),
+                    result.status,
+                    unattempted=bool(tested) and tested <= unanswered,
+                ),
+            )
+        )
+    result.tasks = tasks
+    return result
+
+
+UNANSWERED = "No response."
+"""nbgrader's auto_comment on a solution cell left as released (``SaveAutoGrades._add_comment``)."""
 
 
 def answers_tested(source: nbformat.NotebookNode) -> dict[str, set[str]]:
@@ -175,44 +298,41 @@ TASK_COLUMNS = [
     "assignment",
     "student_id",
     "grade_id",
+    "task",
     "kind",
     "score",
     "max_score",
+    "attempted",
     "needs_manual_grade",
     "status",
+    "late",
     "submission_status",
     "notes",
 ]
 
 
-def write_task_results(results: list[SubmissionResult], path: Path) -> None:
-    """Write one CSV row per (submission, grade cell).
+def write_task_results(results: list[SubmissionResult], path: Path) -> Path:
+    """Write one CSV row per (submission, grade cell): the one writer of every task results file (a batch's
+    ``task_results.csv``, the whole gradebook's ``task_results_all.csv``). Returns ``path``.
 
-    ``status`` is the task's (:attr:`TaskResult.status`), ``submission_status`` the
-    submission's (:attr:`SubmissionResult.status`). A submission nbgrader could
-    not grade gets one row with an empty grade_id and status ``not graded``.
+    ``task`` is the task's label, ``status`` its :attr:`TaskResult.status`, ``late`` the submission's
+    :attr:`SubmissionResult.late`, ``submission_status`` and ``notes`` the submission's. A submission without
+    grades (nbgrader could not grade it, or nothing of the student's was taken) gets one row with an empty grade_id
+    and its own status.
     """
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(TASK_COLUMNS)
         for result in results:
             notes = "; ".join(result.notes)
-            rows = result.tasks or [None]
-            for task in rows:
-                writer.writerow(
-                    [
-                        result.assignment_id,
-                        result.student_id,
-                        task.grade_id if task else "",
-                        ("autograded" if task.autograded else "manual") if task else "",
-                        f"{task.score:g}" if task else "",
-                        f"{task.max_score:g}" if task else "",
-                        str(task.needs_manual_grade).lower() if task else "",
-                        task.status if task else result.status,
-                        result.status,
-                        notes,
-                    ]
-                )
+            for task in result.tasks or [None]:
+                cells = ["", "", "", "", "", "", "", result.status]
+                if task is not None:
+                    kind = "autograded" if task.autograded else "manual"
+                    cells = [task.grade_id, task.label, kind, f"{task.score:g}", f"{task.max_score:g}"]
+                    cells += [str(task.attempted).lower(), str(task.needs_manual_grade).lower(), task.status]
+                writer.writerow([result.assignment_id, result.student_id, *cells, result.late, result.status, notes])
+    return path
 
 
 NOTES_WIDTH = 100

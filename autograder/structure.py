@@ -37,7 +37,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from .course import grade_id, is_autograder_tests, is_solution
+from .course import cell_number, grade_id, is_autograder_tests, is_solution
 from .machinery import findings, protected_names
 
 MAX_NOTEBOOK_BYTES = 64 * 2**20
@@ -165,7 +165,7 @@ def _rebuilt(submitted: NotebookNode, release: NotebookNode, repairs: list[str])
          and not is_autograder_tests(cell)]
     )
     review = [
-        f"cell {index}: {finding}"
+        f"{cell_number(index)}: {finding}"
         for index, cell in enumerate(notebook.cells)
         if cell.cell_type == "code" and _student_written(cell)
         for finding in findings(cell.source, protected=protected)

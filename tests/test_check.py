@@ -4,6 +4,7 @@ import json
 
 import nbformat
 
+from autograder.build import reference_problems
 from autograder.check import (
     grade_id_findings,
     leak_findings,
@@ -12,7 +13,7 @@ from autograder.check import (
     stated_count_findings,
 )
 from autograder.cli import main
-from autograder.course import grade_id, is_autograder_tests, raises_on_purpose, read_notebook
+from autograder.course import grade_id, is_autograder_tests, raises_on_purpose, read_notebook, task_headings
 
 
 def make_tests_cell(grade_id, points=1, source="check_equal(f(1), 2, label='f(1)')"):
@@ -57,11 +58,11 @@ def test_source_findings_name_each_structural_problem():
     notebook.cells[1].source += hidden
     notebook.cells[4].source += hidden
     assert source_findings(notebook) == [
-        "grade cell 'f_tests' (cell 1) has no points",
-        "solution cell 'g_solution' (cell 2) has no autograder-tests cell after it",
-        "grade_id 'f_tests' is used by cells 1 and 4",
-        "solution cell 'h_solution' (cell 5) has no ### BEGIN SOLUTION region",
-        "autograder-tests cell 'h_tests' (cell 6) has no ### BEGIN HIDDEN TESTS section",
+        "grade cell 'f_tests' (cell 2) has no points",
+        "solution cell 'g_solution' (cell 3) has no autograder-tests cell after it",
+        "grade_id 'f_tests' is used by cell 2 and cell 5: nbgrader refuses it",
+        "solution cell 'h_solution' (cell 6) has no ### BEGIN SOLUTION region",
+        "autograder-tests cell 'h_tests' (cell 7) has no ### BEGIN HIDDEN TESTS section",
     ]
 
 
@@ -80,9 +81,9 @@ def test_leak_findings_ignore_lines_the_release_is_meant_to_show():
     release.cells[0].source += "\n    return x + 1"
     release.cells[1].source += "\nsecret()\n### END HIDDEN TESTS"
     assert leak_findings(source, release) == [
-        "cell 0 holds solution code: 'return x + 1'",
-        "cell 1 holds hidden test code: 'secret()'",
-        "cell 1 holds the marker '### END HIDDEN TESTS'",
+        "cell 1 holds solution code: 'return x + 1'",
+        "cell 2 holds hidden test code: 'secret()'",
+        "cell 2 holds the marker '### END HIDDEN TESTS'",
     ]
 
 
@@ -137,8 +138,17 @@ def test_source_findings_name_a_raising_cell_whose_marker_and_tag_disagree():
         nbformat.v4.new_code_cell("# NBVAL_RAISES_EXCEPTION\n1 / 0", metadata={"tags": ["raises-exception"]}),
     ]
     assert source_findings(notebook) == [
-        "cell 0 is marked NBVAL_RAISES_EXCEPTION but not tagged raises-exception (Run All stops there)",
-        "cell 1 is tagged raises-exception but not marked NBVAL_RAISES_EXCEPTION for the student",
+        "cell 1 is marked NBVAL_RAISES_EXCEPTION but not tagged raises-exception (Run All stops there)",
+        "cell 2 is tagged raises-exception but not marked NBVAL_RAISES_EXCEPTION for the student",
+    ]
+
+
+def test_build_names_a_reference_cell_that_writes_to_stderr_counting_cells_from_1():
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_markdown_cell("# A"), nbformat.v4.new_code_cell("warn()", id="warns")]
+    notebook.cells[1].outputs = [nbformat.v4.new_output("stream", name="stderr", text="UserWarning: ...")]
+    assert reference_problems(notebook) == [
+        "cell 2 (id warns) wrote to stderr (nbgrader scores such a test cell 0; nbval compares it)"
     ]
 
 
@@ -158,8 +168,10 @@ def test_reference_findings_name_a_raising_cell_without_the_tag(course_copy):
     index, cell = next((i, c) for i, c in enumerate(stored.cells) if raises_on_purpose(c))
     cell.metadata["tags"].remove("raises-exception")
     nbformat.write(stored, path)
+    task = task_headings(stored)[index]
+    place = f"cell {index + 1}" + (f", under {task.title!r}" if task else "")  # as an author counts, from 1
     assert (
-        f"notebooks/{assignment_id}.ipynb: cell {index} raises but is not tagged raises-exception "
+        f"notebooks/{assignment_id}.ipynb: {place} raises but is not tagged raises-exception "
         "(Run All would stop there)"
     ) in reference_findings(course_copy, assignment_id)
 
@@ -194,7 +206,7 @@ def test_source_findings_name_a_test_cell_that_ends_in_a_value_nbgrader_would_re
     assert findings == [
         f"autograder-tests cell {name!r} (cell {index}) ends in the bare expression {last!r}: nbgrader reads a "
         "number shown as the cell's value as partial credit (assign it, or end with a check)"
-        for name, index, last in [("ends_in_a_value", 4, "r.sum()"), ("ends_in_a_helper_with_a_value", 8, "loud(r)")]
+        for name, index, last in [("ends_in_a_value", 5, "r.sum()"), ("ends_in_a_helper_with_a_value", 9, "loud(r)")]
     ]
 
 
@@ -211,11 +223,11 @@ def test_source_findings_name_grade_ids_not_derived_from_the_task_heading():
         make_tests_cell("cell-0123456789abcdef", source="check_equal(answer_q2, 'a', label='q2')" + HIDDEN),
     )
     assert grade_id_findings(notebook) == [
-        "grade_id 'cell-9f8e7d6c5b4a3f2e' (cell 2) is not derived from its heading 'Task 2.3 - contiguous strides': "
+        "grade_id 'cell-9f8e7d6c5b4a3f2e' (cell 3) is not derived from its heading 'Task 2.3 - contiguous strides': "
         "name it task_2_3_<what it does>",
-        "grade_id 'task_2_30_more' (cell 5) is not derived from its heading 'Task 2.3 - contiguous strides': "
+        "grade_id 'task_2_30_more' (cell 6) is not derived from its heading 'Task 2.3 - contiguous strides': "
         "name it task_2_3_<what it does>",
-        "grade_id 'cell-0123456789abcdef' (cell 8) is JupyterLab's made-up id: name it after what it grades",
+        "grade_id 'cell-0123456789abcdef' (cell 9) is JupyterLab's made-up id: name it after what it grades",
     ]
 
 
@@ -252,14 +264,21 @@ def test_check_of_one_assignment_names_a_repeated_grade_id_and_build_keeps_the_r
     tests[1].metadata["nbgrader"]["grade_id"] = repeated
     nbformat.write(source, course_copy.source_notebook("01_tensors"))
     cells = [index for index, cell in enumerate(source.cells) if grade_id(cell) == repeated]
+    second_task = task_headings(source)[cells[1]].title
     before = built_files(course_copy)
 
     checked = cli("--course", course, "check", "01_tensors")
     assert checked.returncode == 1, checked.stdout + checked.stderr
     lines = checked.stdout.splitlines()
-    assert lines[0] == f"source/01_tensors: grade_id {repeated!r} is used by cells {cells[0]} and {cells[1]}"
+    assert lines[0] == (
+        f"source/01_tensors: grade_id {repeated!r} is used by cell {cells[0] + 1} and cell {cells[1] + 1}, "
+        f"under {second_task!r}: nbgrader refuses it"
+    )
     assert any(line.startswith("release/01_tensors: not compared: nbgrader generate_assignment") for line in lines)
     assert f"ValidationError: Duplicate grade id: {repeated}" in checked.stdout
+    # notebooks/ is stale against the edited source, but build would refuse it: no finding says to run build
+    assert "notebooks/01_tensors.ipynb is stale" in checked.stdout and "build refuses this source" in checked.stdout
+    assert "run build" not in checked.stdout and "run `python -m autograder build`" not in checked.stdout
     others = [other for other in course_copy.assignment_ids() if other != "01_tensors"]
     assert not [other for other in others if other in checked.stdout]  # only the assignment asked for
 

@@ -43,6 +43,11 @@ def test_the_hidden_block_is_replaced_by_one_line():
     assert visible_source(SOURCE) == 'check_equal(f(1), 2, label="f(1)")\n\n# (2 lines of hidden tests, not shown)'
 
 
+def test_one_hidden_line_is_counted_in_the_singular():
+    one_line = SOURCE.replace("secret = 41\n", "")
+    assert visible_source(one_line).endswith("\n# (1 line of hidden tests, not shown)")
+
+
 def test_a_hidden_failure_shows_its_label_but_not_the_expected_value():
     cell = feedback_cell([error(5, "AssertionError", "f(a hidden case)\nexpected 42, got 0", ["----> 5 check_equal"])])
     assert cell.outputs[0].traceback == ["A hidden test failed: f(a hidden case)"]

@@ -31,7 +31,8 @@ from autograder.grade import Grading, grade
 from autograder.intake import opened, place, refuse_course_folders
 from autograder.intake.archives import MAX_MEMBERS, MAX_RATIO
 from autograder.intake.roster import Roster, map_student, safe_id, write_mapping
-from autograder.report import GRADES_COLUMNS
+from autograder.classreport import class_report, write_class_report
+from autograder.report import GRADES_COLUMNS, MARKED_LATE
 from autograder.samples import samples
 
 COURSE = Course(ROOT)
@@ -133,7 +134,7 @@ def test_times_come_from_the_platform_or_nbgrader_never_from_a_student(tmp_path,
     blackboard = take(build("blackboard", tmp_path / "bb", *work_and_blank).path)
     ada = next(s for s in blackboard.submissions if s.student_id == "alovelace")
     assert ada.timestamp == datetime(2026, 11, 30, 18, 30, tzinfo=timezone.utc)
-    assert ada.review and "2 copies handed in" in ada.notes[0]
+    assert ada.review and "2 copies handed in" in ada.notes[0] and "(the latest submission time)" in ada.notes[0]
     receipts = [row for row in blackboard.manifest if row.file.endswith(".txt")]
     assert len(receipts) == 3 and {row.status for row in receipts} == {"platform metadata"}
 
@@ -256,6 +257,7 @@ def test_a_canvas_resubmission_wins_a_tie_over_the_first_upload(tmp_path, work_a
     files = {"lovelaceada_1001_5001_01_tensors.ipynb": work, "lovelaceada_1001_5001_01_tensors-1.ipynb": work}
     (ada,) = taken(tmp_path / "download", files).submissions
     assert ada.source == "lovelaceada_1001_5001_01_tensors-1.ipynb" and ada.review
+    assert "(Canvas's later upload)" in ada.notes[-1]  # no time, the same answers: not the time rule
 
 
 def test_copies_grade_the_latest_then_the_most_answered_and_ask_for_review(tmp_path, work_and_blank):
@@ -277,6 +279,11 @@ def test_copies_grade_the_latest_then_the_most_answered_and_ask_for_review(tmp_p
     placed = place(Course(tmp_path / "course"), chosen["cy"], release=release(ASSIGNMENT))
     assert chosen["cy"].status == "review"
     assert "not graded: cy/01_tensors/01_tensors.ipynb" in chosen["cy"].notes[-1]
+    assert "(the most answered solution cells)" in chosen["cy"].notes[-1]
+    twins = taken(tmp_path / "twins", {"section1/bo/01_tensors/01_tensors.ipynb": work,
+                                       "section2/bo/01_tensors/01_tensors.ipynb": work})
+    (bo,) = twins.submissions
+    assert bo.source == "section2/bo/01_tensors/01_tensors.ipynb" and "(the last by name)" in bo.notes[-1]
     assert (placed / "01_tensors.ipynb").read_text() != blank
 
 
@@ -611,6 +618,7 @@ def test_a_graded_download_gives_grades_and_statuses_an_instructor_can_act_on(gr
     assert "late" not in bea[0]["notes"]
     ada = [row for row in tasks if row["student_id"] == "s001"]
     assert {row["submission_status"] for row in ada} == {"review"} and "late by 6h 30min (nbgrader)" in ada[0]["notes"]
+    assert {row["late"] for row in ada} == {"6h 30min"} and {row["late"] for row in bea} == {""}
     assert {row["submission_status"] for row in tasks if row["student_id"] == kim} == {"review"}
     assert [row["submission_status"] for row in tasks if row["student_id"] == "jdoe"] == ["nothing graded"]
     (zoe,) = [row for row in tasks if row["student_id"] == "zoe"]
@@ -719,6 +727,22 @@ def test_graded_shapes_keep_the_platform_times_and_canvas_late_mark(graded_shape
     for shape, late in (("canvas", "brontebea_1002"), ("zip_collect", "zc-bea")):
         notes = {row["student_id"]: row["notes"] for row in graded_shapes[shape].tasks}
         assert "late: the platform marked it late" in notes[late] and "late" not in notes[WORK[shape]]
+
+
+def test_the_platform_late_mark_stays_in_every_task_results_file_through_later_batches(graded_shapes):
+    """Canvas gives no time, only ``_LATE_``: the batch's task results say late (the platform's mark, no time), and
+    so do the class results after the four batches graded since in the same course (the gradebook has no field
+    for the mark; a time is never made up)."""
+    canvas = graded_shapes["canvas"]
+    late = {row["student_id"]: row["late"] for row in canvas.tasks}
+    assert (late["brontebea_1002"], late[WORK["canvas"]]) == (MARKED_LATE, "")
+    course = Course(canvas.grading.task_results_csv.parent)
+    write_class_report(course, class_report(course))
+    every = read_csv(course.root / "task_results_all.csv")
+    assert {row["student_id"] for row in every if row["late"]} == {"brontebea_1002", "zc-bea"}
+    assert {row["late"] for row in every if row["late"]} == {MARKED_LATE}
+    bea = [row for row in every if row["student_id"] == "brontebea_1002"]
+    assert {row["submission_status"] for row in bea} == {"unattempted"} and "platform marked it late" in bea[0]["notes"]
 
 
 def test_graded_shapes_share_executions_of_the_same_notebooks(graded_shapes):

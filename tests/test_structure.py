@@ -163,6 +163,8 @@ def test_code_that_touches_the_grading_machinery_is_quoted_for_review():
     result = normalised(notebook)
     assert result.repairs == []
     assert len(result.review) == 1 and result.review[0].endswith(": line 1: imports the module checks ('import checks')")
+    index = next(i for i, cell in enumerate(result.notebook.cells) if grade_id(cell) == grade_id(SOLUTION))
+    assert result.review[0].startswith(f"cell {index + 1}: ")  # counted from 1, as the instructor counts them
     assert normalised(student_notebook()).review == []
 
 

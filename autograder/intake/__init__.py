@@ -14,8 +14,8 @@ assignment (a resubmission, two sections, a draft beside the final, a blank
 notebook beside a filled one): the latest submission time the platform gives,
 then the notebook with the most solution cells changed from the release, then
 Canvas's later upload (``-2`` over ``-1`` over none), then the one named
-``<assignment_id>.ipynb``, then the first by name. The others are
-named in the notes, and the submission's status is ``review``.
+``<assignment_id>.ipynb``, then the last by name. The others are
+named in the notes with the rule that decided, and the submission's status is ``review``.
 
 Submission times come only from the platform (Blackboard's receipt and file
 names, Gradescope's metadata) or from nbgrader's own ``timestamp.txt`` in its
@@ -70,8 +70,8 @@ class Submission:
     """``ok``, ``repaired``, ``unattempted``, ``review`` or ``invalid notebook``: see :func:`place`."""
     review: bool = False
     """Intake chose among several copies: the status is ``review`` whatever the notebook holds."""
-    unanswered: set[str] = field(default_factory=set)
-    """grade_ids of the solution cells left as released (set by :func:`place`)."""
+    platform_late: bool = False
+    """The platform marked it late without a time (Canvas's ``_LATE_``): late, by how much not known."""
 
 
 @dataclass(frozen=True)
@@ -400,6 +400,9 @@ class _Candidate:
 
 
 EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+CHOICE_RULES = ("the latest submission time", "the most answered solution cells", "Canvas's later upload")
+"""The rules that choose among a student's copies, in order (the module's docstring), as a note names the one that
+decided (then the copy named ``<assignment_id>.ipynb``, then the last by name)."""
 
 
 def _choose(
@@ -418,6 +421,11 @@ def _choose(
 
     ordered = sorted(sorted(found, key=lambda c: c.entry.name, reverse=True), key=rank, reverse=True)
     chosen, rest = ordered[0], ordered[1:]
+    if rest:  # the first rule that tells the graded copy from the next one
+        deciders = [*CHOICE_RULES, f"named {assignment_id}.ipynb"]
+        decided = next(
+            (rule for rule, a, b in zip(deciders, rank(chosen), rank(rest[0])) if a != b), "the last by name"
+        )
     base = chosen.claim.file_id.rsplit("/", 1)[-1]
     renamed = f"notebook {base!r} graded as '{assignment_id}.ipynb'" if base != f"{assignment_id}.ipynb" else ""
     notes = [note for note in (chosen.naming or renamed,) if note]
@@ -425,7 +433,7 @@ def _choose(
         notes.append("late: the platform marked it late (the download does not say by how much)")
     if rest:
         notes.append(
-            f"{len(found)} copies handed in; graded {chosen.entry.name} (latest time, then most answered cells); "
+            f"{len(found)} copies handed in; graded {chosen.entry.name} ({decided}); "
             f"not graded: {', '.join(c.entry.name for c in rest)}"
         )
     submission = Submission(
@@ -436,6 +444,7 @@ def _choose(
         timestamp=chosen.claim.timestamp,
         notes=notes,
         review=bool(rest),
+        platform_late=chosen.claim.late,
     )
     rows = [ManifestRow(chosen.entry.name, "graded", student_id, assignment_id, "; ".join(notes))]
     rows += [
@@ -492,7 +501,6 @@ def place(course: Course, submission: Submission, *, release: NotebookNode) -> P
     if normalised.review:
         submission.notes.append(f"touches the grading machinery, read it: {'; '.join(normalised.review[:5])}")
     answered = _answered(normalised.notebook, release) if normalised.readable else set()
-    submission.unanswered = {grade_id(c) for c in release.cells if is_solution(c)} - answered
     submission.status = (
         "invalid notebook"
         if not normalised.readable
