@@ -70,6 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark", help="time stock nbgrader autograde against ours on a generated batch; compare every grade"
     )
     bench_parser.add_argument("--students", type=int, default=4, help="generated students (default 4)")
+    mutants_parser = commands.add_parser(
+        "mutants",
+        help="mutation testing: run mutants of every reference solution against its task's tests, print the table; "
+        "exit 1 if a mutant not listed as equivalent survives",
+    )
+    mutants_parser.add_argument(
+        "selection", nargs="*", metavar="ASSIGNMENT|GRADE_ID", help="assignment ids or solution grade_ids (default: all)"
+    )
     for graders in (grade_parser, demo_parser, bench_parser):
         graders.add_argument(
             "--no-sandbox",
@@ -228,6 +236,14 @@ def _benchmark(course: Course, args: argparse.Namespace) -> int:
     return 1 if result.differences else 0
 
 
+def _mutants(course: Course, args: argparse.Namespace) -> int:
+    from .mutants import run, table
+
+    results = run(course, selection=args.selection or None)
+    print(table(results))
+    return 1 if any(result.survivors or result.stale for result in results) else 0
+
+
 def _progress(line: str) -> None:
     from tqdm import tqdm
 
@@ -242,4 +258,5 @@ COMMANDS = {
     "report": _report,
     "demo": _demo,
     "benchmark": _benchmark,
+    "mutants": _mutants,
 }
