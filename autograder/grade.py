@@ -206,33 +206,44 @@ def update_gradebook(
     :func:`survey` passes a scratch one), by a request to the ``nbgrader`` session where one is given (no nbgrader
     start-up, about 1.5 s of CPU), else by the ``nbgrader generate_assignment`` command.
 
-    Generates into a scratch release folder, so release/ is left as it is, and keeps what it generated in
-    :data:`RELEASES`, under :func:`source_key`, with a digest of what nbgrader then recorded in the gradebook
-    (:func:`recorded_cells`). When both are there and the gradebook still holds exactly that (a run again on the
-    same source/), ``nbgrader generate_assignment`` (2 to 6 s) is not run again.
+    Generates into a scratch release folder, so release/ is left as it is. With the course's gradebook, keeps what
+    it generated in :data:`RELEASES`, under :func:`source_key`, with a digest of what nbgrader then recorded in the
+    gradebook (:func:`recorded_cells`); when both are there and the gradebook still holds exactly that (a run again
+    on the same source/), nothing is generated (the command takes 2 to 6 s). A scratch gradebook leaves the course
+    directory as it is.
     Returns the release notebook generated (the template submissions are normalised to).
 
     Raises:
         CourseError: nbgrader refused (its log is quoted).
     """
-    db_url = db_url or course.db_url
+    if db_url is not None:
+        with tempfile.TemporaryDirectory(prefix="release-") as scratch:
+            return read_notebook(_generated(course, assignment_id, Path(scratch), db_url, nbgrader))
     kept = course.root / RELEASES / f"{assignment_id}-{source_key(course, assignment_id)}.ipynb"
     digest = kept.with_suffix(".gradebook")
-    if kept.exists() and digest.exists() and digest.read_text() == recorded_cells(db_url, assignment_id):
+    if kept.exists() and digest.exists() and digest.read_text() == recorded_cells(course.db_url, assignment_id):
         return read_notebook(kept)
     with tempfile.TemporaryDirectory(prefix="release-") as scratch:
-        if nbgrader is None:
-            folder = generate_assignment(course, assignment_id, release_dir=Path(scratch), db_url=db_url)
-        else:
-            folder = Path(scratch) / assignment_id
-            outcome = nbgrader.generate_assignment(assignment_id, release_dir=Path(scratch), db_url=db_url).result()
-            if not outcome.success:
-                quoted = nbgrader_errors(outcome.log + outcome.error) or outcome.tail().splitlines()
-                raise CourseError(f"nbgrader generate_assignment {assignment_id} failed:\n  " + "\n  ".join(quoted))
+        generated = _generated(course, assignment_id, Path(scratch), course.db_url, nbgrader)
         kept.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(folder / f"{assignment_id}.ipynb", kept)
-        digest.write_text(recorded_cells(db_url, assignment_id))
+        shutil.copyfile(generated, kept)
+        digest.write_text(recorded_cells(course.db_url, assignment_id))
         return read_notebook(kept)
+
+
+def _generated(
+    course: Course, assignment_id: str, scratch: Path, db_url: str, nbgrader: session.Session | None
+) -> Path:
+    """The release notebook generated into ``scratch/<id>/`` (see :func:`update_gradebook`)."""
+    if nbgrader is None:
+        folder = generate_assignment(course, assignment_id, release_dir=scratch, db_url=db_url)
+    else:
+        folder = scratch / assignment_id
+        outcome = nbgrader.generate_assignment(assignment_id, release_dir=scratch, db_url=db_url).result()
+        if not outcome.success:
+            quoted = nbgrader_errors(outcome.log + outcome.error) or outcome.tail().splitlines()
+            raise CourseError(f"nbgrader generate_assignment {assignment_id} failed:\n  " + "\n  ".join(quoted))
+    return folder / f"{assignment_id}.ipynb"
 
 
 def source_key(course: Course, assignment_id: str) -> str:
