@@ -152,7 +152,9 @@ def store_references(course: Course, assignment_ids: list[str], *, isolated: boo
     with concurrent.futures.ProcessPoolExecutor(count, mp_context=context, **initial) as pool:
         runs = {a: pool.submit(verdict.reference_records, course, a, sandboxed=isolated) for a in assignment_ids}
         for assignment_id, run in runs.items():
-            verdict.stored_reference(course, assignment_id).write_text(json.dumps(run.result()), encoding="utf-8")
+            stored = verdict.stored_reference(course, assignment_id)
+            stored.parent.mkdir(parents=True, exist_ok=True)
+            stored.write_text(json.dumps(run.result()), encoding="utf-8")
 
 
 def generated_batch(course: Course, students: int, assignment_ids: list[str]) -> list[Sample]:
