@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark", help="time stock nbgrader autograde against ours on a generated batch; compare every grade"
     )
     bench_parser.add_argument("--students", type=int, default=4, help="generated students (default 4)")
+    bench_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     mutants_parser = commands.add_parser(
         "mutants",
         help="mutation testing: run mutants of every reference solution against its task's tests, print the table; "
@@ -231,7 +232,14 @@ def _demo(course: Course, args: argparse.Namespace) -> int:
 def _benchmark(course: Course, args: argparse.Namespace) -> int:
     from .benchmark import benchmark
 
-    result = benchmark(course, students=args.students, workers=args.workers, isolated=args.isolated, progress=_progress)
+    result = benchmark(
+        course,
+        students=args.students,
+        assignment_ids=args.assignments,
+        workers=args.workers,
+        isolated=args.isolated,
+        progress=_progress,
+    )
     print(result.report())
     return 1 if result.differences else 0
 

@@ -189,8 +189,12 @@ NBGRADER_BOILERPLATE = ("Please see the", "There was an error processing assignm
 """Starts of nbgrader's ERROR lines that only point at the error lines before them."""
 
 
+ERROR_LINE = re.compile(r"\[(?:\w+ \| )?ERROR\] (.*)")
+"""A line nbgrader logs at ERROR level: ``[App | ERROR] ...`` from its commands, ``[ERROR] ...`` from its API."""
+
+
 def nbgrader_errors(log: str) -> list[str]:
-    """The causes nbgrader logged at ERROR level, in order, each once.
+    """The causes nbgrader logged at ERROR level (:data:`ERROR_LINE`), in order, each once.
 
     A logged traceback (``[App | ERROR] Traceback ...`` and its indented
     lines) is quoted by its exception line (``ValidationError: Duplicate grade
@@ -201,9 +205,9 @@ def nbgrader_errors(log: str) -> list[str]:
     causes: list[str] = []
     lines = log.splitlines()
     for index, line in enumerate(lines):
-        if "| ERROR] " not in line:
+        if not (error := ERROR_LINE.match(line)):
             continue
-        message = line.split("| ERROR] ", 1)[1].strip()
+        message = error.group(1).strip()
         if message.startswith("Traceback"):
             block = itertools.takewhile(lambda following: not following.startswith("["), lines[index + 1 :])
             message = next((b.strip() for b in reversed(list(block)) if b.strip()), message)

@@ -48,9 +48,8 @@ import nbformat
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from .checks import RECORD_MIME_TYPE
 from .course import HIDDEN_TEST_MARKERS, grade_id, is_autograder_tests
-from .verdict import MISMATCH, reference_of
+from .verdict import MISMATCH, RECORD_MIME_TYPE, reference_of
 
 STDERR_NOTE = (
     "\nThis test cell wrote to the error stream (above: usually a warning from your code), "

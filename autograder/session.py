@@ -91,6 +91,14 @@ class Session:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
+    def generate_assignment(
+        self, assignment_id: str, *, release_dir: Path, db_url: str
+    ) -> concurrent.futures.Future[Outcome]:
+        """``nbgrader generate_assignment ASSIGNMENT --force`` into ``release_dir/<id>/``, recorded in ``db_url`` (for
+        this request only: the others keep the course's folders and gradebook)."""
+        request = {"op": "generate_assignment", "assignment": assignment_id, "release_dir": str(release_dir)}
+        return self._request(request | {"db_url": db_url})
+
     def autograde(self, assignment_id: str, student_id: str) -> concurrent.futures.Future[Outcome]:
         """``nbgrader autograde ASSIGNMENT --student STUDENT --force`` (submitted/ -> autograded/, gradebook)."""
         return self._request({"op": "autograde", "assignment": assignment_id, "student": student_id})
@@ -177,6 +185,11 @@ class Passes:
         self._feeders = feedback_processes(workers) if feedback else 0
         self._stack = contextlib.ExitStack()
 
+    @property
+    def nbgrader(self) -> Session:
+        """The session that autogrades (and exports): the gradebook's one writer; only while entered."""
+        return self._nbgrader
+
     def __enter__(self) -> Passes:
         env = {} if self.isolated else {sandbox.DISABLED_ENV: "1"}
         with self._stack as stack:
@@ -256,6 +269,7 @@ def serve(root: str, replies: int) -> None:
     of stdin with a reply line on file descriptor ``replies``, until stdin ends."""
     from nbgrader.api import Gradebook
     from nbgrader.apps import ExportApp, NbGraderAPI, NbGraderApp
+    from nbgrader.utils import temp_attrs
 
     app = NbGraderApp()
     app.initialize([f"--CourseDirectory.root={root}"])  # config files as the nbgrader command loads them
@@ -273,7 +287,11 @@ def serve(root: str, replies: int) -> None:
         for line in sys.stdin:
             request = json.loads(line)
             operation = request.pop("op")
-            if operation == "autograde":
+            if operation == "generate_assignment":
+                folders = {"release_directory": request["release_dir"], "db_url": request["db_url"]}
+                with temp_attrs(app.coursedir, **folders):
+                    reply = api.generate_assignment(request["assignment"], force=True, create=True)
+            elif operation == "autograde":
                 reply = api.autograde(request["assignment"], request["student"], force=True, create=True)
             elif operation == "generate_feedback":
                 reply = api.generate_feedback(request["assignment"], request["student"], force=True)

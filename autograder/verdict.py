@@ -38,6 +38,8 @@ a person to review.
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import json
 import os
@@ -52,8 +54,27 @@ import numpy as np
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from .checks import RECORD_MIME_TYPE
 from .course import CHECKS_MODULE, Course, grade_id, is_autograder_tests
+
+
+@functools.cache
+def checks_constant(name: str) -> Any:
+    """The value of ``name`` in ``checks.py`` (:data:`autograder.course.CHECKS_MODULE`), a literal assigned at its
+    top level, read from its source rather than imported: checks.py imports torch (about 1.5 s of CPU), which the
+    grader's own processes (the command, the batch's workers, the nbgrader sessions) do not otherwise need.
+
+    Raises:
+        KeyError: checks.py assigns no literal to ``name`` at its top level.
+    """
+    for node in ast.parse(CHECKS_MODULE.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets) and node.value is not None:
+            return ast.literal_eval(node.value)
+    raise KeyError(f"{CHECKS_MODULE} assigns no literal to {name}")
+
+
+RECORD_MIME_TYPE: str = checks_constant("RECORD_MIME_TYPE")
+"""The MIME type of a check record in a cell's outputs (:data:`checks.RECORD_MIME_TYPE`)."""
 
 MISMATCH = "CheckRecordMismatch"
 """``ename`` of the error output the verdict adds to a cell it fails."""

@@ -12,14 +12,17 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import nbformat
+import pytest
 from nbgrader.api import Gradebook
 
 from autograder.build import build
 from autograder.checks import RECORD_MIME_TYPE
-from autograder.course import ROOT, grade_id, is_autograder_tests, is_grade, is_solution
-from autograder.grade import NOT_ISOLATED
+from autograder.course import ROOT, CourseError, grade_id, is_autograder_tests, is_grade, is_solution
+from autograder.grade import NOT_ISOLATED, RELEASES, recorded_cells, update_gradebook
 from autograder.sandbox import BWRAP_ENV
 from autograder.samples import samples, write_download
+from autograder.session import Session
 from autograder.verdict import passes
 
 
@@ -222,3 +225,35 @@ def test_demo_refuses_an_unknown_assignment(cli):
     process = cli("demo", "99_nothing")
     assert process.returncode == 2
     assert "no such assignment in source/: 99_nothing" in process.stderr
+
+
+def test_a_run_again_on_the_same_source_generates_no_release_but_a_changed_source_or_gradebook_does(course_copy):
+    """update_gradebook keeps the release nbgrader generated; a second run on the same source/ and gradebook
+    reuses it (no `nbgrader generate_assignment`: the kept notebook is not rewritten), an edited source/ is
+    generated again, and so is a gradebook that no longer holds the assignment (nbgrader must record it). Asked
+    through a running nbgrader session (as grade does) it generates there, and quotes nbgrader's refusal."""
+    assignment_id = "01_tensors"
+    first = update_gradebook(course_copy, assignment_id)
+    [kept] = (course_copy.root / RELEASES).glob(f"{assignment_id}-*.ipynb")
+    written = kept.stat().st_mtime_ns
+    assert update_gradebook(course_copy, assignment_id) == first
+    assert kept.stat().st_mtime_ns == written
+
+    (course_copy.root / "gradebook.db").unlink()
+    assert update_gradebook(course_copy, assignment_id) == first
+    assert kept.stat().st_mtime_ns != written
+    assert recorded_cells(course_copy.db_url, assignment_id) == kept.with_suffix(".gradebook").read_text() != ""
+
+    source = course_copy.source_notebook(assignment_id)
+    notebook = nbformat.read(source, as_version=4)
+    notebook.cells.insert(1, nbformat.v4.new_markdown_cell("An instructor's added note."))
+    nbformat.write(notebook, source)
+    with Session(course_copy) as nbgrader:
+        edited = update_gradebook(course_copy, assignment_id, nbgrader=nbgrader)
+        assert "An instructor's added note." in [cell.source for cell in edited.cells]
+        assert len(list((course_copy.root / RELEASES).glob(f"{assignment_id}-*.ipynb"))) == 2
+        tests = [cell for cell in notebook.cells if is_autograder_tests(cell)]
+        tests[1].metadata.nbgrader["grade_id"] = grade_id(tests[0])
+        nbformat.write(notebook, source)
+        with pytest.raises(CourseError, match=f"Duplicate grade id: {grade_id(tests[0])}"):
+            update_gradebook(course_copy, assignment_id, nbgrader=nbgrader)

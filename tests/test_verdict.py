@@ -1,6 +1,8 @@
 """The verdict outside the kernel: it judges recorded values as the check helpers do, and fails forged cells."""
 
 import json
+import subprocess
+import sys
 
 import nbformat
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 import torch
 
 from autograder import checks
+from autograder.course import ROOT
 from autograder.checks import (
     check_close,
     check_device,
@@ -172,3 +175,13 @@ def test_check_dtype_false_lets_python_and_numpy_real_numbers_stand_for_each_oth
     assert problem == "check 1 of 1 (l): got a torch.Tensor where the reference solution gives a numpy.float64"
     strict = [record_of(lambda: check_close(np.float64(8.0), 8.0, label="l"))]
     assert first_mismatch([record_of(lambda: check_close(8.0, 8.0, label="l"))], strict) is not None
+
+
+def test_the_grader_reads_the_record_type_of_checks_py_without_importing_torch():
+    """The command, the batch's workers and the nbgrader sessions (the course's preprocessors) know checks.py's
+    record MIME type, and none of them imports torch for it (about 1.5 s of CPU a process)."""
+    modules = "autograder.cli, autograder.grade, autograder.session, autograder.batch, autograder.demo, nbgrader.apps"
+    preprocessors = "autograder.execute, autograder.verdict, autograder.feedback, autograder.handgrades"
+    code = f"import sys, {modules}, {preprocessors}; print(autograder.verdict.RECORD_MIME_TYPE, 'torch' in sys.modules)"
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert shown.split() == [checks.RECORD_MIME_TYPE, "False"]
