@@ -15,6 +15,8 @@ kernel, before it runs anything:
 - sets its resource limits (``setrlimit``: CPU, data segment, processes,
   file size, open files, core), empties its capability bounding set, then drops to its own unprivileged user
   (``setresgid``/``setresuid``; the capabilities go with root) and empties its inheritable set;
+- can no longer create a user namespace or join a namespace (:func:`_refuse_user_namespaces`: a seccomp filter),
+  so it can never again gain a capability to mount anything;
 - reseeds ``random``, NumPy's and torch's generators (a fork copies them);
 - runs ``ipykernel``'s ``IPKernelApp`` with the arguments jupyter_client
   gave.
@@ -50,8 +52,9 @@ preloaded modules, in four roles:
 - ``forkserver.py work REQUEST COMMAND...``: for a kernel in a sandbox of its own, run first inside that sandbox
   (as root there; without root, in a user and mount namespace it makes, where it has the capabilities to mount):
   mounts the kernel's working folder as the server mounts a forked kernel's (:func:`_work_folder`; REQUEST:
-  ``folder``, ``source``, ``uid``, ``size``, ``files``) and execs COMMAND, which drops every capability
-  (``setpriv``) before the kernel starts;
+  ``folder``, ``source``, ``uid``, ``size``, ``files``), refuses user namespaces to itself and all it starts
+  (:func:`_refuse_user_namespaces`) and execs COMMAND, which drops every capability (``setpriv``) before the
+  kernel starts;
 - ``forkserver.py ipc PID LIMIT FD`` (:func:`ipc`): run by the grader outside, it joins the IPC namespace of the
   sandbox process PID, bounds its System V shared memory to LIMIT bytes (root only), and sends an open
   ``/proc/sysvipc/shm`` of that namespace back over the Unix socket FD, for the grader's memory watch
@@ -64,6 +67,7 @@ kernels.
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import importlib
 import json
@@ -310,7 +314,7 @@ def _empty_tmp(kept: set[str]) -> None:
 TMP_BYTES = 256 * 2**20
 """Size of each forked kernel's own /tmp (memory-backed), as a kernel in a sandbox of its own has."""
 
-CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWUSER, CLONE_NEWIPC = 0x00020000, 0x40000000, 0x10000000, 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 0x1, 0x2, 0x4, 0x8, 0x20
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
@@ -412,6 +416,73 @@ def _empty_bounding_set() -> None:
                 raise OSError(ctypes.get_errno(), f"drop capability {capability} from the bounding set")
 
 
+SYSCALLS = {
+    "x86_64": {"arch": 0xC000003E, "clone": 56, "unshare": 272, "setns": 308, "seccomp": 317, "clone3": 435},
+    "aarch64": {"arch": 0xC00000B7, "clone": 220, "unshare": 97, "setns": 268, "seccomp": 277, "clone3": 435},
+}
+"""Per machine (``os.uname().machine``): its ``AUDIT_ARCH_*`` and the numbers of the system calls that
+:func:`_refuse_user_namespaces` filters (``asm/unistd.h``; a call of the x86-64 kernel's x32 ABI, numbered from
+:data:`X32_SYSCALL_BIT`, kills the process)."""
+
+X32_SYSCALL_BIT = 0x40000000
+PR_SET_NO_NEW_PRIVS, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC = 38, 1, 1
+SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_ERRNO, SECCOMP_RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
+BPF_LD_W_ABS, BPF_JEQ, BPF_JGE, BPF_JSET, BPF_RET = 0x20, 0x15, 0x35, 0x45, 0x06
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _refuse_user_namespaces() -> None:
+    """From now on this process and all it starts (``no_new_privs``; a seccomp filter, kept through fork and exec,
+    on all its threads) can neither create a user namespace nor join a namespace: ``unshare`` and ``clone`` with
+    ``CLONE_NEWUSER`` fail with ``EPERM``, ``setns`` always does, ``clone3`` (whose flags a filter cannot read)
+    fails with ``ENOSYS``, so glibc's ``pthread_create``, ``posix_spawn`` and ``fork`` use ``clone``; a system
+    call of another ABI (32-bit, x32) kills the process. Without a user namespace of its own, a kernel has no
+    capability to mount anything (a tmpfs outside its working folder's bounds, say).
+
+    Raises:
+        OSError: this machine's system call numbers are not known (:data:`SYSCALLS`: nothing is guessed), or the
+            filter is refused.
+    """
+    machine = os.uname().machine
+    if machine not in SYSCALLS:
+        raise OSError(f"no seccomp filter for {machine}: its system call numbers are not known")
+    numbers = SYSCALLS[machine]
+    labels: dict[str, int] = {}
+    program: list[tuple] = []
+
+    def at(label: str) -> None:
+        labels[label] = len(program)
+
+    program += [(BPF_LD_W_ABS, 4), (BPF_JEQ, numbers["arch"], "number", "kill")]  # seccomp_data.arch
+    at("number")
+    program += [(BPF_LD_W_ABS, 0), (BPF_JGE, X32_SYSCALL_BIT, "kill", "next")]  # seccomp_data.nr
+    for name, target in (("clone3", "enosys"), ("setns", "eperm"), ("unshare", "flags"), ("clone", "flags")):
+        program.append((BPF_JEQ, numbers[name], target, "next"))
+    program.append((BPF_RET, SECCOMP_RET_ALLOW))
+    at("flags")  # the low half of the first argument (little-endian), the flags of both calls
+    program += [(BPF_LD_W_ABS, 16), (BPF_JSET, CLONE_NEWUSER, "eperm", "allow")]
+    refusals = (("eperm", SECCOMP_RET_ERRNO | errno.EPERM), ("enosys", SECCOMP_RET_ERRNO | errno.ENOSYS))
+    for label, action in (("allow", SECCOMP_RET_ALLOW), *refusals, ("kill", SECCOMP_RET_KILL_PROCESS)):
+        at(label)
+        program.append((BPF_RET, action))
+    code = b""
+    for index, (operation, value, *jumps) in enumerate(program):
+        offsets = [0 if jump == "next" else labels[jump] - index - 1 for jump in jumps] or [0, 0]
+        code += struct.pack("=HBBI", operation, *offsets, value)
+    buffer = ctypes.create_string_buffer(code, len(code))
+    fprog = _SockFprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(
+        numbers["seccomp"], SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, ctypes.byref(fprog)
+    ):
+        number = ctypes.get_errno()
+        raise OSError(number, f"install the seccomp filter: {os.strerror(number)}")
+
+
 def _kernel(connection: socket.socket, request: dict) -> None:
     """In the forked child: become the kernel the request describes. Never returns."""
     try:
@@ -441,6 +512,7 @@ def _kernel(connection: socket.socket, request: dict) -> None:
         header, nothing = struct.pack("Ii", CAPABILITY_VERSION_3, 0), bytes(24)  # and the inheritable set emptied
         if libc.capset(header, nothing) != 0:
             raise OSError(ctypes.get_errno(), "capset")
+        _refuse_user_namespaces()
         seed = int.from_bytes(os.urandom(8), "little")
         random.seed(seed)
         numpy.random.seed(seed % 2**32)
@@ -468,12 +540,13 @@ def kernel(path: str, request: str) -> int:
 
 def work(request: str, command: list[str]) -> None:
     """Mount the working folder ``request`` describes (JSON: ``folder``, ``source``, ``uid``, ``size``, ``files``;
-    :func:`_work_folder`), move into it, then exec ``command``. Never returns. Not root (a sandbox in a user
-    namespace, whose mounts belong to bwrap's), it first makes a user namespace of its own, mapping only its user,
-    and a mount namespace in it, where it makes ``/`` and ``/dev`` (tmpfs that are the user's, there) read-only.
+    :func:`_work_folder`), move into it, refuse user namespaces (:func:`_refuse_user_namespaces`), then exec
+    ``command``. Never returns. Not root (a sandbox in a user namespace, whose mounts belong to bwrap's), it first
+    makes a user namespace of its own, mapping only its user, and a mount namespace in it, where it makes ``/`` and
+    ``/dev`` (tmpfs that are the user's, there) read-only.
 
     Raises:
-        OSError: the mount or the copy fails, or ``command`` cannot be run.
+        OSError: the mount or the copy fails, the seccomp filter is refused, or ``command`` cannot be run.
     """
     folder = json.loads(request)
     if os.getuid() != 0:  # a sandbox without root: mount in a user and mount namespace of its own
@@ -495,10 +568,11 @@ def work(request: str, command: list[str]) -> None:
     _work_folder(folder["folder"], folder["uid"], folder["size"], folder["files"], source=folder["source"])
     os.chdir(folder["folder"])
     _empty_bounding_set()  # setpriv (util-linux 2.38) leaves it full in a user namespace
+    _refuse_user_namespaces()
     os.execvp(command[0], command)
 
 
-CLONE_NEWUSER, CLONE_NEWIPC, NS_GET_USERNS = 0x10000000, 0x08000000, 0xB701
+NS_GET_USERNS = 0xB701
 
 
 def ipc(pid: int, limit: int, fd: int) -> None:

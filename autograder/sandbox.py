@@ -26,6 +26,9 @@
   :attr:`SandboxedKernelManager.work_files` inodes, mounted inside the
   sandbox by ``forkserver.py work`` before the kernel starts (with
   capabilities that are all dropped before it);
+- no user namespace of its own, so no capability to mount anything: a seccomp
+  filter refuses ``CLONE_NEWUSER`` and ``setns`` to the kernel and all it
+  starts (:func:`autograder.forkserver._refuse_user_namespaces`);
 - an environment reduced to what the notebooks read (:data:`PASSED_ENV`).
 
 The kernel talks to nbgrader over ``ipc`` transport (Unix sockets in a

@@ -372,3 +372,63 @@ def test_a_kernel_cannot_rewrite_the_check_helpers_for_the_cells_replayed_after_
     cells = run(SETUP, *attacks, "os._exit(1)", "import checks; print(checks.HELPER)", folder=tmp_path, fork=fork)
     assert [enames(cell) for cell in cells[1 : 1 + len(attacks)]] == [["OSError"]] * len(attacks)
     assert printed(cells[-1]) == "graders\n"
+
+
+NAMESPACE_TOOLS = """
+import ctypes, errno, platform, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NEWUSER, NEWNS, SIGCHLD = 0x10000000, 0x00020000, 17
+CLONE = {'x86_64': 56, 'aarch64': 220}[platform.machine()]
+def said(result):
+    return 'ok' if result >= 0 else errno.errorcode[ctypes.get_errno()]
+def mount_tmpfs():
+    return libc.mount(b'none', b'/tmp', b'tmpfs', 0, b'size=1m')
+def cloned(child):
+    if child == 0:  # in a new user and mount namespace: mount, and say so by the exit code
+        os._exit(0 if mount_tmpfs() == 0 else 1)
+    print(said(child), child > 0 and os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
+"""
+"""A cell's helpers for :func:`test_a_kernel_can_make_no_user_namespace_so_it_can_mount_nothing`."""
+
+
+def test_a_kernel_can_make_no_user_namespace_so_it_can_mount_nothing(fork):
+    """A user namespace of its own would give the kernel the capability to mount a tmpfs outside its working
+    folder's bounds: ``unshare -Urm mount``, ``unshare`` (in a child), raw ``clone`` and ``clone3`` with
+    ``CLONE_NEWUSER`` all fail (``clone3`` with ENOSYS, so glibc falls back on ``clone``), as does ``setns``; the
+    kernel still runs a multiprocessing child, threads and torch's parallel matmul."""
+    command = (
+        "found = subprocess.run(['unshare', '-Urm', 'mount', '-t', 'tmpfs', 'none', '/tmp'], capture_output=True, "
+        "text=True)\nprint(found.returncode != 0, 'Operation not permitted' in found.stderr)"
+    )
+    unshared = (
+        "reader, writer = os.pipe()\nif (child := os.fork()) == 0:\n"
+        "    os.write(writer, f'{said(libc.unshare(NEWUSER | NEWNS))} {said(mount_tmpfs())}'.encode())\n"
+        "    os._exit(0)\nos.waitpid(child, 0)\nprint(os.read(reader, 100).decode())"
+    )
+    clone = "cloned(libc.syscall(CLONE, NEWUSER | NEWNS | SIGCHLD, 0, 0, 0, 0))"
+    clone3 = (
+        "arguments = (ctypes.c_uint64 * 8)(NEWUSER | NEWNS, 0, 0, 0, SIGCHLD, 0, 0, 0)\n"
+        "cloned(libc.syscall(435, ctypes.byref(arguments), ctypes.sizeof(arguments)))"
+    )
+    setns = "print(said(libc.setns(os.open('/proc/self/ns/user', os.O_RDONLY), 0)))"
+    works = (
+        "import multiprocessing, sys, threading, torch\n"
+        "child = multiprocessing.get_context('fork').Process(target=sys.exit, args=(3,))\n"
+        "child.start()\nchild.join()\nvalues = [child.exitcode]\n"
+        "threads = [threading.Thread(target=values.append, args=(n,)) for n in range(3)]\n"
+        "for thread in threads:\n    thread.start()\nfor thread in threads:\n    thread.join()\n"
+        "torch.set_num_threads(2)\n"
+        "print(values, int((torch.ones(300, 300) @ torch.ones(300, 300)).sum()), torch.get_num_threads())"
+    )
+    cells = run(SETUP + NAMESPACE_TOOLS, command, unshared, clone, clone3, setns, works, SHOW_STATE, timeout=30,
+                fork=fork)
+    assert [printed(cell) for cell in cells[1:]] == [
+        "True True\n",
+        "EPERM EPERM\n",
+        "EPERM False\n",
+        "ENOSYS False\n",
+        "EPERM\n",
+        "[3, 0, 1, 2] 27000000 2\n",
+        "kept\n",
+    ], [cell.outputs for cell in cells[6:]]
