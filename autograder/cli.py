@@ -77,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         "exit 1 if a mutant not listed as equivalent survives",
     )
     mutants_parser.add_argument(
-        "selection", nargs="*", metavar="ASSIGNMENT|GRADE_ID", help="assignment ids or solution grade_ids (default: all)"
+        "selection",
+        nargs="*",
+        metavar="ASSIGNMENT|GRADE_ID",
+        help="assignment ids, or grade_ids of solutions or of their test cells (default: all)",
     )
     for graders in (grade_parser, demo_parser, bench_parser):
         graders.add_argument(

@@ -461,8 +461,8 @@ def run(
 ) -> list[TaskResult]:
     """Run every mutant of every task chosen and judge it (see the module's docstring).
 
-    ``selection``: assignment ids or solution grade_ids (default: every assignment); ``equivalent``: the reviewed
-    list (default: :func:`equivalent_mutants`). Returns one :class:`TaskResult` per task, in course order.
+    ``selection``: assignment ids, solution grade_ids or their test cells' grade_ids (default: every
+    assignment); ``equivalent``: the reviewed list (default: :func:`equivalent_mutants`). Returns one :class:`TaskResult` per task, in course order.
 
     Raises:
         CourseError: a selection names nothing of the course, or the unchanged notebook fails in the harness.
@@ -476,20 +476,30 @@ def run(
         if name in known:
             wanted[name] = None
             continue
-        owner = next((a for a in known if name in _task_names(course, a)), None)
+        owner, solution = next(
+            ((a, names[name]) for a in known if name in (names := _task_names(course, a))), (None, None)
+        )
         if owner is None:
-            raise CourseError(f"{name} is neither an assignment of the course nor the grade_id of a graded answer")
+            raise CourseError(
+                f"{name} is neither an assignment of the course nor the grade_id of a graded answer or of its tests"
+            )
         if wanted.get(owner, set()) is not None:
-            wanted[owner] = {*wanted.get(owner, set()), name}
+            wanted[owner] = {*wanted.get(owner, set()), solution}
     results: list[TaskResult] = []
     for assignment_id in [a for a in known if a in wanted]:
         results += _run_assignment(course, assignment_id, wanted[assignment_id], equivalent, env=REFERENCE_ENV)
     return results
 
 
-def _task_names(course: Course, assignment_id: str) -> list[str]:
+def _task_names(course: Course, assignment_id: str) -> dict[str, str]:
+    """The solution grade_id of each graded task, by that grade_id and by each of its test cells' (the id that
+    grades.csv and the results show)."""
     cells = read_notebook(course.source_notebook(assignment_id)).cells
-    return [grade_id(cells[answer]) for answer, _ in tasks(course, assignment_id)]
+    return {
+        grade_id(cells[index]): grade_id(cells[answer])
+        for answer, tests in tasks(course, assignment_id)
+        for index in (answer, *tests)
+    }
 
 
 def _run_assignment(

@@ -56,7 +56,7 @@ def test_the_authoring_guides_worked_example_builds_checks_and_grades_as_it_says
         process = cli("--course", str(course_copy.root), *words[3:])
         assert process.returncode == 0, f"{line}\n{process.stdout}\n{process.stderr}"
         outputs.append(process.stdout)
-    built, checked, demo = outputs
+    built, checked, demo, mutated = outputs
 
     assert f"wrote release/{ASSIGNMENT}" in built
     release = read_notebook(course_copy.release_notebook(ASSIGNMENT))
@@ -67,3 +67,5 @@ def test_the_authoring_guides_worked_example_builds_checks_and_grades_as_it_says
     cells = dict(zip(re.split(r"\s{2,}", header.strip()), re.split(r"\s{2,}", row.strip())))
     assert (cells["wrong answers caught"], cells["valid alternatives kept"]) == ("3/3", "2/2"), demo
     assert "all sample submissions got their expected grades" in demo
+    (total,) = [line.split() for line in mutated.splitlines() if line.startswith(ASSIGNMENT)]
+    assert int(total[-4]) > 0 and total[-2] == "0", mutated  # killed, survived

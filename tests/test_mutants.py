@@ -115,10 +115,11 @@ def test_no_mutant_of_01_tensors_survives_unless_listed_as_equivalent(tensors_mu
 
 def test_a_survivor_not_listed_and_a_stale_listing_are_reported():
     """One task, with a made-up equivalent list: the real equivalent mutant, not listed, survives; a listed mutant
-    the tests kill, and a listed id that is no mutant, are stale; so the command would exit 1."""
+    the tests kill, and a listed id that is no mutant, are stale; so the command would exit 1. The task is named by
+    its test cell's grade_id, as grades.csv names it (tests/test_authoring.py names one by its solution's)."""
     killed = "in-place: x.masked_fill_(x < 0, 0) -> x.masked_fill(x < 0, 0)"
     listing = {"task_2_2_zero_negatives_solution": {killed: "wrongly listed", "constant: no such mutant": "stale"}}
-    (result,) = run(Course(ROOT), selection=["task_2_2_zero_negatives_solution"], equivalent=listing)
+    (result,) = run(Course(ROOT), selection=["task_2_2_zero_negatives"], equivalent=listing)
     assert (result.assignment_id, result.tests) == ("01_tensors", ["task_2_2_zero_negatives"])
     assert [o.mutant.id for o in result.survivors] == ["comparison: x < 0 -> x <= 0"]
     assert result.stale == [
