@@ -10,8 +10,8 @@ kernel, before it runs anything:
 - starts a new session, in network and mount namespaces of its own with a
   fresh tmpfs on /tmp (its HOME; :func:`_own_namespaces`), its working
   folder a tmpfs bounded in bytes and in files that the server mounted for
-  the notebook (:func:`_work_folder`), moves into its folder and takes the
-  environment it was sent;
+  the notebook (:func:`_work_folder`), a /dev/shm of its own (:func:`_own_shm`),
+  moves into its folder and takes the environment it was sent;
 - sets its resource limits (``setrlimit``: CPU, data segment, processes,
   file size, open files, core), empties its capability bounding set, then drops to its own unprivileged user
   (``setresgid``/``setresuid``; the capabilities go with root) and empties its inheritable set;
@@ -46,13 +46,15 @@ preloaded modules, in four roles:
 - ``forkserver.py kernel SOCKET REQUEST``: the kernel command jupyter_client
   starts (outside). It sends REQUEST (JSON: ``argv``, ``cwd``, ``env``,
   ``uid``, ``limits``, ``memory``, ``work``: ``size`` and ``files`` of the
-  working folder, ``fresh`` for a notebook's first kernel) and then lives exactly as long as the kernel, exiting
+  working folder, ``fresh`` for a notebook's first kernel; ``shm``: ``size`` and ``files`` of its /dev/shm)
+  and then lives exactly as long as the kernel, exiting
   with its exit code; when it is killed, the server kills the kernel. So
   jupyter_client manages it like any kernel process;
 - ``forkserver.py work REQUEST COMMAND...``: for a kernel in a sandbox of its own, run first inside that sandbox
   (as root there; without root, in a user and mount namespace it makes, where it has the capabilities to mount):
   mounts the kernel's working folder as the server mounts a forked kernel's (:func:`_work_folder`; REQUEST:
-  ``folder``, ``source``, ``uid``, ``size``, ``files``), refuses user namespaces to itself and all it starts
+  ``folder``, ``source``, ``uid``, ``size``, ``files``) and its /dev/shm as a forked kernel mounts its own
+  (:func:`_own_shm`; REQUEST's ``shm``), refuses user namespaces to itself and all it starts
   (:func:`_refuse_user_namespaces`) and execs COMMAND, which drops every capability (``setpriv``) before the
   kernel starts;
 - ``forkserver.py ipc PID LIMIT FD`` (:func:`ipc`): run by the grader outside, it joins the IPC namespace of the
@@ -243,10 +245,11 @@ def segment_bytes(fd: int, uid: int | None = None) -> int:
 def memory_of_processes(pids: list[int]) -> int:
     """Bytes of memory the processes ``pids`` hold, from /proc: their proportional share of private and shared
     resident pages (``Pss_Anon``, ``Pss_Shmem`` of ``smaps_rollup``: shared anonymous ``mmap`` included, which
-    ``RLIMIT_DATA`` does not count; pages a fork shares with its parent counted once), and the memory files
-    (``memfd_create``) they hold open. A page both mapped and in a memory file counts twice (an overcount, never
-    an undercount)."""
-    total, memory_files = 0, {}
+    ``RLIMIT_DATA`` does not count; pages a fork shares with its parent counted once), the memory files
+    (``memfd_create``) they hold open, and what the /dev/shm they see holds (each kernel's own tmpfs,
+    :func:`_own_shm`; its files, open or not). A page both mapped and in a memory file or /dev/shm counts twice
+    (an overcount, never an undercount)."""
+    total, memory_files, shm = 0, {}, {}
     for pid in pids:
         try:
             with open(f"/proc/{pid}/smaps_rollup") as rollup:
@@ -256,9 +259,11 @@ def memory_of_processes(pids: list[int]) -> int:
                 if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
                     found = os.stat(f"/proc/{pid}/fd/{fd}")
                     memory_files[(found.st_dev, found.st_ino)] = found.st_blocks * 512
+            device, used = os.stat(f"/proc/{pid}/root/dev/shm").st_dev, os.statvfs(f"/proc/{pid}/root/dev/shm")
+            shm[device] = (used.f_blocks - used.f_bfree) * used.f_frsize
         except (OSError, ValueError):
             continue  # gone meanwhile
-    return total + sum(memory_files.values())
+    return total + sum(memory_files.values()) + sum(shm.values())
 
 
 def _kill(pid: int) -> None:
@@ -365,6 +370,33 @@ so no kernel can write, replace or remove them, and a restarted kernel replaying
 copy, not one a student's code left there."""
 
 
+def _mount_tmpfs(path: str, uid: int, size: int, files: int) -> None:
+    """Mount a tmpfs of ``size`` bytes and ``files`` inodes on ``path`` (no set-user-id, no devices; mode 0700),
+    the user ``uid``'s.
+
+    Raises:
+        OSError: the mount fails.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    options = f"size={size},nr_inodes={files},mode=0700,uid={uid},gid={uid}".encode()
+    if libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"mount a tmpfs on {path}: {os.strerror(number)}")
+
+
+def _own_shm(uid: int, shm: dict[str, int]) -> None:
+    """Mount a tmpfs of its own on /dev/shm, ``shm["size"]`` bytes and ``shm["files"]`` inodes, the kernel user
+    ``uid``'s: POSIX semaphores and shared memory (``multiprocessing``'s locks, a ``DataLoader``'s workers) work, a
+    flood fails with ``ENOSPC``, its pages count as the kernel's memory (:func:`memory_of_processes`), and it lives
+    in the kernel's mount namespace only: it ends with the kernel, and no other kernel sees it. Done in the forked
+    child (after :func:`_own_namespaces`) and in ``forkserver.py work``, before the seccomp filter.
+
+    Raises:
+        OSError: the mount fails.
+    """
+    _mount_tmpfs("/dev/shm", uid, shm["size"], shm["files"])
+
+
 def _work_folder(folder: str, uid: int, size: int, files: int, source: str | None = None) -> None:
     """In the server, for a notebook's first kernel: detach the working folders mounted for earlier notebooks, then
     mount a tmpfs of ``size`` bytes and ``files`` inodes over ``folder``, holding a copy of what the grader put
@@ -383,10 +415,7 @@ def _work_folder(folder: str, uid: int, size: int, files: int, source: str | Non
         libc.umount2(_work_folders.pop().encode(), MNT_DETACH)
     original = os.open(source or folder, os.O_PATH | os.O_DIRECTORY)
     try:
-        options = f"size={size},nr_inodes={files},mode=0700,uid={uid},gid={uid}".encode()
-        if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
-            number = ctypes.get_errno()
-            raise OSError(number, f"mount the work folder: {os.strerror(number)}")
+        _mount_tmpfs(folder, uid, size, files)
         _work_folders.append(folder)
         shutil.copytree(f"/proc/self/fd/{original}", folder, symlinks=True, dirs_exist_ok=True)
     finally:
@@ -494,6 +523,7 @@ def _kernel(connection: socket.socket, request: dict) -> None:
 
         os.setsid()
         _own_namespaces()
+        _own_shm(request["uid"], request["shm"])
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
@@ -540,10 +570,11 @@ def kernel(path: str, request: str) -> int:
 
 def work(request: str, command: list[str]) -> None:
     """Mount the working folder ``request`` describes (JSON: ``folder``, ``source``, ``uid``, ``size``, ``files``;
-    :func:`_work_folder`), move into it, refuse user namespaces (:func:`_refuse_user_namespaces`), then exec
-    ``command``. Never returns. Not root (a sandbox in a user namespace, whose mounts belong to bwrap's), it first
-    makes a user namespace of its own, mapping only its user, and a mount namespace in it, where it makes ``/`` and
-    ``/dev`` (tmpfs that are the user's, there) read-only.
+    :func:`_work_folder`) and the kernel's /dev/shm (``shm``: :func:`_own_shm`), move into the folder, refuse user
+    namespaces (:func:`_refuse_user_namespaces`), then exec ``command``. Never returns. Not root (a sandbox in a
+    user namespace, whose mounts belong to bwrap's), it first makes a user namespace of its own, mapping only its
+    user, and a mount namespace in it, where it makes ``/`` and ``/dev`` (tmpfs that are the user's, there)
+    read-only.
 
     Raises:
         OSError: the mount or the copy fails, the seccomp filter is refused, or ``command`` cannot be run.
@@ -566,6 +597,7 @@ def work(request: str, command: list[str]) -> None:
                 number = ctypes.get_errno()
                 raise OSError(number, f"make {path} read-only: {os.strerror(number)}")
     _work_folder(folder["folder"], folder["uid"], folder["size"], folder["files"], source=folder["source"])
+    _own_shm(folder["uid"], folder["shm"])
     os.chdir(folder["folder"])
     _empty_bounding_set()  # setpriv (util-linux 2.38) leaves it full in a user namespace
     _refuse_user_namespaces()

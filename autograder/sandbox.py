@@ -25,7 +25,9 @@
 - its working folder a tmpfs of :attr:`SandboxedKernelManager.work_bytes` and
   :attr:`SandboxedKernelManager.work_files` inodes, mounted inside the
   sandbox by ``forkserver.py work`` before the kernel starts (with
-  capabilities that are all dropped before it);
+  capabilities that are all dropped before it); its ``/dev/shm`` a tmpfs of its own, of
+  :attr:`SandboxedKernelManager.shm_bytes` and :attr:`SandboxedKernelManager.shm_files` inodes, that ends with
+  the kernel (:func:`autograder.forkserver._own_shm`);
 - no user namespace of its own, so no capability to mount anything: a seccomp
   filter refuses ``CLONE_NEWUSER`` and ``setns`` to the kernel and all it
   starts (:func:`autograder.forkserver._refuse_user_namespaces`);
@@ -337,7 +339,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     memory_bytes = Integer(
         6 * 2**30,
         help="RLIMIT_DATA per process of the kernel, in bytes; the kernel is killed when its processes together "
-        "hold more (resident, shared and memory-file pages: autograder.forkserver.memory_of).",
+        "hold more (resident, shared, memory-file and /dev/shm pages: autograder.forkserver.memory_of).",
     ).tag(config=True)
     processes = Integer(512, help="RLIMIT_NPROC: processes and threads of the kernel's user.").tag(config=True)
     file_size_bytes = Integer(64 * 2**20, help="RLIMIT_FSIZE: the largest file the kernel may write.").tag(config=True)
@@ -351,6 +353,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         help="Files, folders and links the kernel's working folder may hold (the tmpfs's inodes; mounted by the fork "
         "server, or for a kernel in a sandbox of its own by forkserver.py work: bwrap sets no inode count).",
     ).tag(config=True)
+    shm_bytes = Integer(
+        64 * 2**20, help="Size of the kernel's own /dev/shm (a tmpfs counted as its memory), in bytes."
+    ).tag(config=True)
+    shm_files = Integer(1_000, help="Files the kernel's /dev/shm may hold (the tmpfs's inodes).").tag(config=True)
     max_message_bytes = Integer(
         16 * 2**20,
         help="The largest message part the grader receives from the kernel, in bytes (ZeroMQ's MAXMSGSIZE on the "
@@ -437,8 +443,13 @@ class SandboxedKernelManager(AsyncKernelManager):
             "limits": self._limits(),
             "memory": self.memory_bytes,
             "work": {"size": self.work_bytes, "files": self.work_files, "fresh": fresh},
+            "shm": self._shm(),
         }
         return [sys.executable, "-I", "-S", FORK_SERVER, "kernel", self._server.socket, json.dumps(request)], kw
+
+    def _shm(self) -> dict[str, int]:
+        """The kernel's /dev/shm, as :func:`autograder.forkserver._own_shm` takes it."""
+        return {"size": self.shm_bytes, "files": self.shm_files}
 
     def _limits(self) -> dict[str, int]:
         """Resource limits by ``prlimit``'s option names (the process limit only as root: see the module)."""
@@ -476,6 +487,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             "uid": self.uid,
             "size": self.work_bytes,
             "files": self.work_files,
+            "shm": self._shm(),
         }
         return [
             executable,

@@ -273,8 +273,8 @@ def test_a_kernels_working_folder_is_bounded_in_bytes_and_in_files(tmp_path, for
     """Its folder is a tmpfs of its own (here 32 MiB and 100 files), holding a copy of the folder's files: files
     that fit no more (each under the file-size limit) and files, folders, symbolic or hard links past 100 fail; the
     kernel goes on. For a kernel in a sandbox of its own ``forkserver.py work`` mounts it (bwrap sets no inode
-    count), with capabilities it drops: the kernel has none. ``/dev`` and ``/dev/shm`` (a tmpfs of the default
-    size, the kernel user's in a sandbox without root) take no file."""
+    count), with capabilities it drops: the kernel has none. ``/dev`` (a tmpfs of the default size, the kernel
+    user's in a sandbox without root) takes no file."""
     (tmp_path / "checks.py").write_text("HELPER = 'copied'\n")
     limits = {"work_bytes": 32 * 2**20, "work_files": 100}
     setup, listing, big, _, *floods, state = run(
@@ -282,8 +282,7 @@ def test_a_kernels_working_folder_is_bounded_in_bytes_and_in_files(tmp_path, for
         "print(sorted(os.listdir('.')), os.stat('checks.py').st_uid == os.getuid())\n"
         "import checks\nprint(checks.HELPER)\n"
         "print([line.split()[1] for line in open('/proc/self/status') if line.startswith('Cap')])\n"
-        "for path in ('/dev/shm/flood', '/dev/flood'):\n    try:\n        open(path, 'w')\n"
-        "    except OSError as error:\n        print(type(error).__name__)",
+        "try:\n    open('/dev/flood', 'w')\nexcept OSError as error:\n    print(type(error).__name__)",
         "for number in range(8):\n    open(f'big{number}.bin', 'wb').write(bytes(8 * 2**20))",
         "for name in os.listdir('.'):\n    if name.startswith('big'):\n        os.remove(name)\n" + FILL,
         *INODE_FLOODS,
@@ -293,7 +292,7 @@ def test_a_kernels_working_folder_is_bounded_in_bytes_and_in_files(tmp_path, for
         sandbox=limits,
     )
     assert printed(listing) == "['checks.py'] True\ncopied\n" + str(["0000000000000000"] * 5) + "\n" + (
-        "PermissionError\nPermissionError\n" if os.geteuid() == 0 else "OSError\nOSError\n"
+        "PermissionError\n" if os.geteuid() == 0 else "OSError\n"
     )
     assert enames(big) == ["OSError"] and "No space left on device" in str(big.outputs)
     assert [printed(flood) for flood in floods] == ["True No space left on device\n"] * len(INODE_FLOODS)
@@ -301,18 +300,21 @@ def test_a_kernels_working_folder_is_bounded_in_bytes_and_in_files(tmp_path, for
 
 
 def test_memory_that_rlimit_data_misses_kills_a_kernel_past_its_limit(fork):
-    """Shared anonymous mmap, memory files and System V shared memory (none of them counted by RLIMIT_DATA; the
-    System V segments attached, written and detached), each 2 GiB written by a kernel limited to 1.5 GiB: the fork
-    server (or, for a kernel in a sandbox of its own, its manager, which reads the sandbox's IPC namespace) kills
-    the kernel, the cell says it died, the kernel comes back with its state."""
+    """Shared anonymous mmap, memory files, files in /dev/shm (closed) and System V shared memory (none of them
+    counted by RLIMIT_DATA; the System V segments attached, written and detached), each 2 GiB written by a kernel
+    limited to 1.5 GiB (its /dev/shm here 4 GiB): the fork server (or, for a kernel in a sandbox of its own, its
+    manager, which reads the sandbox's IPC namespace) kills the kernel, the cell says it died, the kernel comes
+    back with its state."""
     shared = (
         "import mmap\nblock = mmap.mmap(-1, 2 * 2**30)\n"
         "for start in range(0, 2 * 2**30, 2**24):\n    block[start:start + 2**24] = bytes(2**24)"
     )
     files = "kept = [os.memfd_create(str(n)) for n in range(40)]\nfor fd in kept:\n    os.write(fd, bytes(50 * 2**20))"
-    limit = {"memory_bytes": 3 * 2**29}
-    attacks = [shared, files, SYSTEM_V.format(count=8, size=2**28)]
-    cells = run(SETUP, *[c for a in attacks for c in (a, SHOW_STATE)], timeout=60, fork=fork, sandbox=limit)
+    shm = "for n in range(40):\n    open(f'/dev/shm/{n}', 'wb').write(bytes(50 * 2**20))"
+    limit = {"memory_bytes": 3 * 2**29, "shm_bytes": 2**32}
+    attacks = [shared, files, shm, SYSTEM_V.format(count=8, size=2**28)]
+    cells = run(SETUP, *[c for a in attacks for c in (a, SHOW_STATE)], timeout=60, fork=fork, sandbox=limit,
+                max_restarts=len(attacks))
     assert [enames(cell) for cell in cells[1::2]] == [["DeadKernelError"]] * len(attacks)
     assert [printed(cell) for cell in cells[2::2]] == ["kept\n"] * len(attacks)
 
@@ -432,3 +434,31 @@ def test_a_kernel_can_make_no_user_namespace_so_it_can_mount_nothing(fork):
         "[3, 0, 1, 2] 27000000 2\n",
         "kept\n",
     ], [cell.outputs for cell in cells[6:]]
+
+
+USES_SHARED_MEMORY = (
+    "import multiprocessing, torch\n"
+    "from torch.utils.data import DataLoader, TensorDataset\n"
+    "with multiprocessing.get_context('fork').Pool(2) as pool:\n    print(pool.map(abs, range(-2, 2)))\n"
+    "loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4, num_workers=2)\n"
+    "print([batch[0].tolist() for batch in loader])"
+)
+"""An honest cell whose processes meet through /dev/shm: a ``multiprocessing.Pool``'s locks (POSIX semaphores) and
+a ``DataLoader``'s workers (their batches in POSIX shared memory)."""
+
+
+def test_a_kernel_has_a_dev_shm_of_its_own_bounded_and_gone_with_it(fork):
+    """Each kernel's /dev/shm is a tmpfs of its own (here 16 MiB): a ``Pool(2)`` and a ``DataLoader`` with two
+    workers work; a file past its size fails with ENOSPC, only that cell loses; the next kernel (forked from the
+    same server, or in a sandbox of its own) finds an empty /dev/shm."""
+    leave = "open('/dev/shm/left-behind', 'w').write('answers')\nprint(sorted(os.listdir('/dev/shm')))"
+    flood = "with open('/dev/shm/flood', 'wb') as flood:\n    for _ in range(32):\n        flood.write(bytes(2**20))"
+    limits = {"shm_bytes": 16 * 2**20}
+    _, used, left, flooded, state = run(SETUP, USES_SHARED_MEMORY, leave, flood, SHOW_STATE, timeout=30, fork=fork,
+                                        sandbox=limits)
+    _, next_kernel = run(SETUP, "print(os.listdir('/dev/shm'))", fork=fork, sandbox=limits)
+    assert printed(used) == "[2, 1, 0, 1]\n[[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]\n", used.outputs
+    assert printed(left) == "['left-behind']\n"
+    assert enames(flooded) == ["OSError"] and "No space left on device" in str(flooded.outputs)
+    assert printed(state) == "kept\n"
+    assert printed(next_kernel) == "[]\n"
