@@ -75,6 +75,17 @@ def test_check_close_uses_pytorch_default_tolerances_per_dtype():
         check_close("1.0", 1.0, label="not a number")
 
 
+def test_check_close_keeps_a_python_floats_precision():
+    # a float32 tensor would round 1 + 1e-8 to 1.0, so no rtol below ~1e-7 could fail
+    with pytest.raises(AssertionError, match="Mismatched elements"):
+        check_close(1.0, 1.0 + 1e-8, label="explicit tight rtol", rtol=1e-10, atol=0.0)
+    with pytest.raises(AssertionError):  # float64's default tolerances, as assert_close uses for Python floats
+        check_close(1.0, 1.0 + 5e-7, label="default tolerances")
+    check_close(1.0, 1.0 + 5e-8, label="within float64's defaults")
+    assert checks.records[-1]["value"]["tensor"]["dtype"] == "torch.float64"
+    check_close(torch.tensor([0.5]), [0.5], label="a list is PyTorch's default dtype")
+
+
 def test_check_equal_is_strict_about_types():
     check_equal((2, 3), (2, 3), label="tuple")
     with pytest.raises(AssertionError, match="expected a tuple, got a list"):

@@ -427,7 +427,11 @@ def check_close(
     ``rtol``/``atol`` PyTorch's defaults for the dtype apply, e.g. float32
     rtol 1.3e-6, atol 1e-5; float64 rtol 1e-7, atol 1e-7 (PyTorch docs,
     ``torch.testing.assert_close``). NumPy arrays and Python numbers are
-    accepted on either side, and ``expected`` may be a (nested) list.
+    accepted on either side, and ``expected`` may be a (nested) list. A Python
+    float ``actual`` is compared as float64 (its own precision, and float64's
+    default tolerances, as ``assert_close`` does for Python scalars), against a
+    float ``expected`` as float64 too; a float or list ``expected`` against a
+    tensor is a tensor of PyTorch's default dtype, as ``torch.tensor`` makes it.
 
     Raises:
         TypeError: ``expected`` is none of these (a mistake in the test).
@@ -437,7 +441,10 @@ def check_close(
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     reason = refusal(actual)
     actual_t = None if reason is not None else _as_tensor(actual)
-    expected_t = _as_tensor(expected) if not isinstance(expected, (list, tuple)) else torch.tensor(expected)
+    if isinstance(expected, (list, tuple)):
+        expected_t = torch.tensor(expected)
+    else:  # a float literal against a tensor means a tensor of the default dtype, against a float a float
+        expected_t = _as_tensor(expected, torch.float64 if type(actual) is float else torch.get_default_dtype())
     if expected_t is None:
         raise TypeError(f"check_close: expected must be a tensor, array, number or list, not {type(expected).__name__}")
     if rtol is None or atol is None:
@@ -528,13 +535,19 @@ def _nan(array: np.ndarray) -> np.ndarray:
     return np.isnan(array) if array.dtype.kind in "fc" else np.zeros(array.shape, dtype=bool)
 
 
-def _as_tensor(value: Any) -> torch.Tensor | None:
-    """``value`` as a tensor when it is a plain tensor, array or number (exact types), else ``None``."""
+def _as_tensor(value: Any, float_dtype: torch.dtype = torch.float64) -> torch.Tensor | None:
+    """``value`` as a tensor when it is a plain tensor, array or number (exact types), else ``None``.
+
+    A Python float becomes a tensor of ``float_dtype``: float64 by default, its own precision (a float32 one
+    would round away every digit past the seventh).
+    """
     if type(value) in _PLAIN_TENSORS:
         return value
     if type(value) is np.ndarray:
         return torch.from_numpy(np.ascontiguousarray(value))
-    if type(value) in (bool, int, float) or type(value) in _NUMPY_NUMBERS:
+    if type(value) is float:
+        return torch.tensor(value, dtype=float_dtype)
+    if type(value) in (bool, int) or type(value) in _NUMPY_NUMBERS:
         return torch.tensor(value)
     return None
 
