@@ -13,6 +13,7 @@ seconds of CI.
 import collections
 import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -371,16 +372,6 @@ def test_move_batch_moves_every_tensor_and_keeps_the_rest(t03, batch, dtype):
 
 
 @given(
-    dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128, torch.int64, torch.bool]),
-    device=st.sampled_from(["cpu", "cuda:1", "mps", "mps:0", "meta", torch.device("mps"), torch.device("cpu")]),
-)
-def test_safe_dtype_narrows_double_precision_on_mps_only(t03, dtype, device):
-    narrowed = {torch.float64: torch.float32, torch.complex128: torch.complex64}
-    expected = narrowed.get(dtype, dtype) if torch.device(device).type == "mps" else dtype
-    assert t03.safe_dtype(dtype, device) is expected
-
-
-@given(
     repeats=st.integers(1, 6),
     warmup=st.integers(0, 3),
     durations=st.lists(st.floats(0, 10, allow_nan=False), min_size=6, max_size=6),
@@ -411,19 +402,58 @@ def test_time_function_is_the_median_of_synchronized_runs(t03, repeats, warmup, 
         t03.time_function(fn, warmup=-1)
 
 
-@given(n=st.integers(1, 10**5), seconds=st.floats(1e-9, 1e6), scalar=st.sampled_from([float, np.float64]))
-def test_matmul_gflops(t03, n, seconds, scalar):
-    result = t03.matmul_gflops(n, scalar(seconds))
-    assert isinstance(result, float)
-    assert result == pytest.approx(2 * n**3 / float(scalar(seconds)) / 1e9, rel=1e-12)
+def accelerator_faster(n, itemsize, cpu, gpu, bandwidth):
+    """Section 3.5's model in exact arithmetic: copying two n x n matrices in and the product out, then multiplying
+    on the accelerator, takes strictly less time than multiplying on the CPU (rates in GFLOP/s and GB/s)."""
+    cpu, gpu, bandwidth = Fraction(cpu), Fraction(gpu), Fraction(bandwidth)
+    return 3 * n * n * itemsize / bandwidth + 2 * n**3 / gpu < 2 * n**3 / cpu
 
 
-@given(n=st.integers(-3, 3), seconds=st.sampled_from([0.0, -0.0, -1.0, math.inf, -math.inf, math.nan, 1.0]))
-def test_matmul_gflops_refuses_what_it_says(t03, n, seconds):
-    if n >= 1 and seconds == 1.0:
+@given(
+    dtype=st.sampled_from([torch.int8, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128]),
+    cpu=st.integers(1, 1000),
+    gpu=st.integers(1, 1000),
+    bandwidth=st.integers(1, 1000),
+)
+def test_break_even_size_is_the_first_size_the_accelerator_wins(t03, dtype, cpu, gpu, bandwidth):
+    # Integer rates up to 1000 keep the tie at least 5e-7 away from any other whole number, far above float rounding.
+    result = t03.break_even_size(dtype, cpu_gflops=float(cpu), gpu_gflops=float(gpu), bandwidth_gbs=float(bandwidth))
+    if gpu <= cpu:
+        assert result is None
         return
+    assert type(result) is int and result >= 1
+    assert accelerator_faster(result, dtype.itemsize, cpu, gpu, bandwidth)
+    assert result == 1 or not accelerator_faster(result - 1, dtype.itemsize, cpu, gpu, bandwidth)
+
+
+@given(which=st.sampled_from(["cpu_gflops", "gpu_gflops", "bandwidth_gbs"]), bad=st.sampled_from([0.0, -0.0, -1.0, math.inf, -math.inf, math.nan]))
+def test_break_even_size_refuses_what_it_says(t03, which, bad):
+    rates = {"cpu_gflops": 100.0, "gpu_gflops": 20_000.0, "bandwidth_gbs": 12.0, which: bad}
     with pytest.raises(ValueError):
-        t03.matmul_gflops(n, seconds)
+        t03.break_even_size(torch.float32, **rates)
+
+
+size_tables = st.dictionaries(st.integers(1, 8), st.lists(st.integers(1, 6).map(float), min_size=1, max_size=4), max_size=6)
+
+
+@given(device=size_tables, baseline=size_tables, other=st.dictionaries(st.integers(1, 8), st.lists(st.floats(allow_nan=True), max_size=2), max_size=2))
+def test_crossover_size_is_where_the_medians_stay_ahead(t03, device, baseline, other):
+    timings = {"cpu": baseline, "cuda": device, "mps": other}  # mps: not looked at, whatever it holds
+    common = sorted(set(device) & set(baseline))
+    ahead = [float(np.median(device[n])) < float(np.median(baseline[n])) for n in common]
+    expected = next((n for i, n in enumerate(common) if all(ahead[i:])), None)
+    assert t03.crossover_size(timings, "cuda") == expected
+    assert t03.crossover_size(timings, "cuda", baseline="cuda") is None
+
+
+@given(bad=st.sampled_from([[], [0.0], [1.0, -1.0], [math.nan], [math.inf, 1.0]]), where=st.sampled_from(["cpu", "cuda"]))
+def test_crossover_size_refuses_what_it_says(t03, bad, where):
+    timings = {"cpu": {1: [1.0], 2: [2.0]}, "cuda": {1: [0.5], 3: [1.0]}}
+    timings[where] = {**timings[where], 4: bad}
+    with pytest.raises(ValueError):
+        t03.crossover_size(timings, "cuda")
+    with pytest.raises(ValueError):
+        t03.crossover_size({"cpu": {1: [1.0]}}, "cuda")
 
 
 # =========================================================================== 04_autograd
