@@ -669,35 +669,62 @@ def test_sum_to_shape_is_sum_to_size(t05, data):
                 t05.sum_to_shape(grad, tuple(s + 1 if s > 1 else s for s in grad.shape))
 
 
-@given(dtype=st.sampled_from([None, torch.bfloat16, torch.float16]), n=st.integers(1, 3), x_dtype=st.sampled_from([torch.float32, torch.float64]))
-def test_autocast_dtypes_on_cpu(t05, dtype, n, x_dtype):
-    x = torch.ones(n, 4, dtype=x_dtype)
-    w = torch.ones(4, 3, dtype=x_dtype)
-    result = t05.autocast_dtypes(x, w, dtype)
-    low = dtype or torch.bfloat16
-    with torch.autocast("cpu", dtype=low):
-        y = x @ w
-        expected = {"matmul": y.dtype, "softmax": torch.softmax(y, -1).dtype, "layer_norm": F.layer_norm(y, (3,)).dtype, "sum": y.sum().dtype}
-    expected["after"] = x_dtype
-    assert result == expected
+@given(a=shapes, b=shapes, size=st.booleans())
+def test_matmul_shape_is_matmul_on_meta(t05, a, b, size):
+    a = torch.Size(a) if size else a
+    try:
+        expected = tuple(torch.matmul(torch.empty(a, device=META), torch.empty(b, device=META)).shape)
+    except RuntimeError:
+        with pytest.raises(ValueError):
+            t05.matmul_shape(a, b)
+        return
+    result = t05.matmul_shape(a, b)
+    assert type(result) is tuple and result == expected and all(type(s) is int for s in result)
+
+
+@st.composite
+def broadcast_triples(draw):
+    """Three shapes that broadcast together: suffixes of one shape, each size kept or made 1."""
+    full = draw(st.lists(st.integers(0, 3), min_size=0, max_size=3))
+    return [tuple(draw(st.sampled_from([1, s])) for s in full[len(full) - draw(st.integers(0, len(full))) :]) for _ in range(3)]
+
+
+@given(data=st.data())
+def test_scale_shift_backward_has_input_shapes(t05, data):
+    dtype = data.draw(st.sampled_from([torch.float32, torch.float64]))
+    inputs = [data.draw(tensors(shape=shape, dtypes=(dtype,))).requires_grad_() for shape in data.draw(broadcast_triples())]
+    out = t05.ScaleShift.apply(*inputs)
+    expected = inputs[0] * inputs[1] + inputs[2]
+    assert_same_tensor(out.detach(), expected.detach(), rtol=1e-6, atol=1e-6)
+    grad_out = data.draw(tensors(shape=tuple(expected.shape), dtypes=(dtype,)))
+    returned = out.grad_fn.apply(grad_out)
+    wanted = torch.autograd.grad(expected, inputs, grad_out)
+    assert len(returned) == 3
+    for got, want in zip(returned, wanted):
+        assert_same_tensor(got.detach(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_amp_train_step_matches_a_manual_step(t05):
-    for amp_dtype in (torch.bfloat16, torch.float16):
+    for amp_dtype, enabled, max_norm in ((torch.bfloat16, False, None), (torch.float16, False, None), (torch.bfloat16, True, 0.05), (torch.float16, True, None)):
         gen = torch.Generator().manual_seed(5)
         model = torch.nn.Linear(3, 2)
         twin = torch.nn.Linear(3, 2)
         twin.load_state_dict(model.state_dict())
         x, y = torch.randn(4, 3, generator=gen), torch.randn(4, 2, generator=gen)
-        scaler = torch.amp.GradScaler("cpu", enabled=False)
-        loss = t05.amp_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), scaler, x, y, amp_dtype)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16, enabled=enabled)
+        loss = t05.amp_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), scaler, x, y, amp_dtype, max_norm=max_norm)
         with torch.autocast("cpu", dtype=amp_dtype):
             expected = F.mse_loss(twin(x), y)
         expected.backward()
+        if max_norm is not None:
+            norm = torch.cat([p.grad.flatten() for p in twin.parameters()]).norm()
+            assert norm > max_norm  # the clipping binds: the step below is the clipped one
+            torch.nn.utils.clip_grad_norm_(twin.parameters(), max_norm)
         torch.optim.SGD(twin.parameters(), lr=0.1).step()
         assert type(loss) is float and loss == float(expected.detach())
         for p, q in zip(model.parameters(), twin.parameters()):
-            torch.testing.assert_close(p, q, rtol=0, atol=0)
+            torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+        assert scaler.get_scale() == (2.0**16 if enabled else 1.0)
 
 
 # =========================================================================== 06_polynomial_regression
