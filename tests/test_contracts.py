@@ -584,10 +584,12 @@ def test_toolkit_linear_layer_records_the_graph(t04, layer, grads):
     assert Z.requires_grad is grads and loss.requires_grad is grads and W.grad is None
 
 
-@given(data=st.data(), n=st.integers(1, 4), k=st.integers(0, 4), limit=st.floats(0.0, 200.0), stale=st.booleans())
-def test_early_exit_grads_differentiate_the_layers_that_ran(t04, data, n, k, limit, stale):
+@given(data=st.data(), n=st.integers(1, 4), k=st.integers(0, 4), stale=st.booleans())
+def test_early_exit_grads_differentiate_the_layers_that_ran(t04, data, n, k, stale):
     dtype = data.draw(st.sampled_from(FLOATS))
     x = data.draw(tensors(shape=(n,), dtypes=(dtype,)))
+    # values are about 4 * randn, so limits up to 40 stop after 0 to 3 layers; x's own max|x| stops at once (>=)
+    limit = data.draw(st.one_of(st.floats(0.0, 40.0), st.just(float(x.abs().max()))))
     weights = [data.draw(tensors(shape=(n,), dtypes=(dtype,))).clone().requires_grad_(True) for _ in range(k)]
     if stale and weights:
         weights[0].grad = torch.ones_like(weights[0])
