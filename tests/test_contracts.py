@@ -614,13 +614,28 @@ def test_toolkit_linear_layer_records_the_graph(t04, layer, grads):
     assert Z.requires_grad is grads and loss.requires_grad is grads and W.grad is None
 
 
-@given(m=st.integers(0, 12), n_in=st.integers(1, 5), n_out=st.integers(1, 4))
-def test_verify_autograd_vs_numpy(t04, m, n_in, n_out):
-    torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
-    result = t04.verify_autograd_vs_numpy(m, n_in, n_out)
-    assert set(result) == {"err_W", "err_b"} and all(type(e) is float for e in result.values())
-    assert all(0.0 <= e < 1e-5 for e in result.values())
-    assert torch.equal(torch_state, torch.get_rng_state()) and np.random.get_state()[1].tolist() == numpy_state[1].tolist()
+@given(data=st.data(), n=st.integers(1, 4), k=st.integers(0, 4), stale=st.booleans())
+def test_early_exit_grads_differentiate_the_layers_that_ran(t04, data, n, k, stale):
+    dtype = data.draw(st.sampled_from(FLOATS))
+    x = data.draw(tensors(shape=(n,), dtypes=(dtype,)))
+    # values are about 4 * randn, so limits up to 40 stop after 0 to 3 layers; x's own max|x| stops at once (>=)
+    limit = data.draw(st.one_of(st.floats(0.0, 40.0), st.just(float(x.abs().max()))))
+    weights = [data.draw(tensors(shape=(n,), dtypes=(dtype,))).clone().requires_grad_(True) for _ in range(k)]
+    if stale and weights:
+        weights[0].grad = torch.ones_like(weights[0])
+    h, expected_used = x, 0  # the forward pass as the statement defines it, in x's dtype
+    while expected_used < k and not h.abs().max() >= limit:
+        h, expected_used = weights[expected_used].detach() * h, expected_used + 1
+    used, grads = t04.early_exit_grads(x, weights, limit)
+    assert type(used) is int and used == expected_used and type(grads) is list and len(grads) == k
+    loose = dict(rtol=2e-2, atol=1e-2) if dtype in (torch.float16, torch.bfloat16) else dict(rtol=1e-5, atol=1e-6)
+    for i, (grad, w) in enumerate(zip(grads, weights)):
+        others = [v.detach().double() for j, v in enumerate(weights[:used]) if j != i]
+        product = x.double() * (torch.stack(others).prod(dim=0) if others else 1.0) if i < used else torch.zeros(n, dtype=torch.float64)
+        assert grad.dtype == dtype and grad.shape == w.shape and not grad.requires_grad
+        torch.testing.assert_close(grad.double(), product, **loose)
+        assert w.is_leaf and w.requires_grad
+        assert (w.grad is None) is not (stale and i == 0)
 
 
 # =========================================================================== 05_broadcasting_amp
