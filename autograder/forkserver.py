@@ -7,8 +7,9 @@ server pays that once: it runs in a bubblewrap sandbox like a kernel's
 :data:`PRELOAD`, and then forks one kernel at a time on request. Each
 kernel, before it runs anything:
 
-- starts a new session, in network and mount namespaces of its own with a
-  fresh tmpfs on /tmp (its HOME; :func:`_own_namespaces`), its working
+- starts a new session, in network, mount and IPC namespaces of its own with a
+  fresh tmpfs on /tmp (its HOME; :func:`_own_namespaces`), System V IPC bounded in that namespace
+  (:func:`_bound_ipc`), its working
   folder a tmpfs bounded in bytes and in files that the server mounted for
   the notebook (:func:`_work_folder`), a /dev/shm of its own (:func:`_own_shm`),
   moves into its folder and takes the environment it was sent;
@@ -23,7 +24,8 @@ kernel, before it runs anything:
 
 While a kernel runs, the server watches the memory its processes hold
 (:func:`memory_of`, every :data:`MEMORY_INTERVAL` seconds: what ``RLIMIT_DATA``
-misses, shared memory and memory files, counted too) and kills them all past
+misses, shared memory and memory files, counted too, and what the System V objects of its IPC namespace hold,
+read through the ``/proc/sysvipc`` files the kernel opened there and sent back) and kills them all past
 the request's ``memory`` bytes. After a kernel ends, the server kills every
 process left of its user (found
 by any live thread) and empties its own /tmp before it serves the next request.
@@ -46,7 +48,8 @@ preloaded modules, in four roles:
 - ``forkserver.py kernel SOCKET REQUEST``: the kernel command jupyter_client
   starts (outside). It sends REQUEST (JSON: ``argv``, ``cwd``, ``env``,
   ``uid``, ``limits``, ``memory``, ``work``: ``size`` and ``files`` of the
-  working folder, ``fresh`` for a notebook's first kernel; ``shm``: ``size`` and ``files`` of its /dev/shm)
+  working folder, ``fresh`` for a notebook's first kernel; ``shm``: ``size`` and ``files`` of its /dev/shm;
+  ``ipc``: the System V limits of its IPC namespace, :func:`_bound_ipc`)
   and then lives exactly as long as the kernel, exiting
   with its exit code; when it is killed, the server kills the kernel. So
   jupyter_client manages it like any kernel process;
@@ -57,10 +60,10 @@ preloaded modules, in four roles:
   (:func:`_own_shm`; REQUEST's ``shm``), refuses user namespaces to itself and all it starts
   (:func:`_refuse_user_namespaces`) and execs COMMAND, which drops every capability (``setpriv``) before the
   kernel starts;
-- ``forkserver.py ipc PID LIMIT FD`` (:func:`ipc`): run by the grader outside, it joins the IPC namespace of the
-  sandbox process PID, bounds its System V shared memory to LIMIT bytes (root only), and sends an open
-  ``/proc/sysvipc/shm`` of that namespace back over the Unix socket FD, for the grader's memory watch
-  (:func:`segment_bytes`).
+- ``forkserver.py ipc PID LIMITS FD`` (:func:`ipc`): run by the grader outside, it joins the IPC namespace of the
+  sandbox process PID, bounds its System V objects (LIMITS, JSON as :func:`_bound_ipc` takes them; root only,
+  ``{}`` leaves them), and sends open ``/proc/sysvipc`` files of that namespace back over the Unix socket FD,
+  for the grader's memory watch (:func:`ipc_bytes`).
 
 The socket lies in a folder only root may enter: a kernel cannot ask for
 kernels.
@@ -78,7 +81,6 @@ import shutil
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 
@@ -115,6 +117,7 @@ LIMITS = {
     "fsize": "RLIMIT_FSIZE",
     "nofile": "RLIMIT_NOFILE",
     "core": "RLIMIT_CORE",
+    "msgqueue": "RLIMIT_MSGQUEUE",
 }
 """Request ``limits`` keys (``prlimit``'s option names, which the plain sandbox passes) -> ``resource`` names."""
 
@@ -152,17 +155,28 @@ def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str],
     work = request["work"]
     if work["fresh"]:
         _work_folder(request["cwd"], request["uid"], work["size"], work["files"])
+    ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:
         server.close()
-        _kernel(connection, request)
+        ours.close()
+        _kernel(connection, request, theirs)
+    theirs.close()
+    files: list[int] = []
     try:
-        code = _watch(connection, pid, request["uid"], request["memory"])
+        with ours:
+            ours.settimeout(IPC_SECONDS)
+            files = socket.recv_fds(ours, 16, len(IPC_FILES))[1]
+        if len(files) != len(IPC_FILES):
+            raise OSError("the kernel did not send its /proc/sysvipc files (it failed to start)")
+        code = _watch(connection, pid, request["uid"], request["memory"], files)
     except BaseException:
         os.kill(pid, signal.SIGKILL)  # it may not have become its user yet, which the clean-up looks for
         os.waitpid(pid, 0)
         raise
     finally:
+        for fd in files:
+            os.close(fd)  # the kernel's IPC namespace, and all it holds, ends with its last process
         survivors = _clean_up(request["uid"], kept)
         with open(report_path(folder, request["uid"]), "a") as report:
             report.write(json.dumps({"survivors": survivors}) + "\n")
@@ -175,11 +189,15 @@ def _serve_one(server: socket.socket, connection: socket.socket, kept: set[str],
 MEMORY_INTERVAL = 0.1
 """Seconds between two readings of a kernel's memory (:func:`memory_of`)."""
 
+IPC_SECONDS = 30
+"""How long the server waits for a forked kernel's ``/proc/sysvipc`` files (:func:`ipc_files`)."""
 
-def _watch(connection: socket.socket, pid: int, uid: int, memory: int) -> int:
+
+def _watch(connection: socket.socket, pid: int, uid: int, memory: int, files: list[int]) -> int:
     """Wait for the kernel ``pid`` to end (SIGKILL it when ``connection`` closes); its exit code. Every
-    :data:`MEMORY_INTERVAL` seconds, when the processes of ``uid`` hold more than ``memory`` bytes
-    (:func:`memory_of`), SIGKILL them all: the kernel dies as if out of memory."""
+    :data:`MEMORY_INTERVAL` seconds, when the processes of ``uid`` and the System V objects listed by ``files``
+    (the kernel's :func:`ipc_files`) hold more than ``memory`` bytes (:func:`memory_of`), SIGKILL them all: the
+    kernel dies as if out of memory."""
     connection.settimeout(0.05)
     measured = time.monotonic()
     while True:
@@ -188,7 +206,7 @@ def _watch(connection: socket.socket, pid: int, uid: int, memory: int) -> int:
             return os.waitstatus_to_exitcode(status)
         if time.monotonic() - measured > MEMORY_INTERVAL:
             measured = time.monotonic()
-            used = memory_of(uid)
+            used = memory_of(uid, files)
             if used > memory:
                 print(f"kernel of {uid} killed: {used} bytes of memory, over {memory}", file=sys.stderr, flush=True)
                 for process in _processes_of(uid):
@@ -204,8 +222,8 @@ def _watch(connection: socket.socket, pid: int, uid: int, memory: int) -> int:
 
 
 def _clean_up(uid: int, kept: set[str]) -> int:
-    """Kill every process of ``uid`` left behind, remove the System V IPC objects of this IPC namespace, and empty
-    /tmp but for ``kept``; how many processes were left (0: none outlived the kernel)."""
+    """Kill every process of ``uid`` left behind and empty /tmp but for ``kept``; how many processes were left (0:
+    none outlived the kernel). Its IPC objects (System V, POSIX message queues) end with its IPC namespace."""
     survivors: set[int] = set()
     for _ in range(1000):
         left = _processes_of(uid)
@@ -215,31 +233,55 @@ def _clean_up(uid: int, kept: set[str]) -> int:
         for pid in left:
             _kill(pid)
         time.sleep(0.005)
-    if os.path.exists("/usr/bin/ipcrm"):
-        subprocess.run(["/usr/bin/ipcrm", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     _empty_tmp(kept)
     return len(survivors)
 
 
-def memory_of(uid: int) -> int:
-    """Bytes of memory the processes of ``uid`` hold (:func:`memory_of_processes`), and the System V shared memory
-    segments of ``uid`` in this IPC namespace (attached or not)."""
-    with open("/proc/sysvipc/shm", "rb") as segments:
-        return memory_of_processes(_processes_of(uid)) + segment_bytes(segments.fileno(), uid)
+def memory_of(uid: int, files: list[int]) -> int:
+    """Bytes of memory the processes of ``uid`` hold (:func:`memory_of_processes`), and the System V objects listed
+    by ``files`` (:func:`ipc_bytes`)."""
+    return memory_of_processes(_processes_of(uid)) + ipc_bytes(files)
 
 
-def segment_bytes(fd: int, uid: int | None = None) -> int:
-    """Resident bytes of the System V shared memory segments (attached or not) listed by ``fd``, an open
-    ``/proc/sysvipc/shm`` (read again from its start: it lists the IPC namespace of the process that opened it);
-    only those of ``uid`` when given."""
-    os.lseek(fd, 0, os.SEEK_SET)
-    chunks = []
-    while chunk := os.read(fd, 65536):
-        chunks.append(chunk)
-    lines = b"".join(chunks).decode().splitlines()
-    header = lines[0].split()
-    segments = [dict(zip(header, line.split())) for line in lines[1:]]
-    return sum(int(s["rss"]) for s in segments if uid is None or int(s["uid"]) == uid)
+IPC_FILES = ("shm", "msg", "sem")
+"""The ``/proc/sysvipc`` files of an IPC namespace, in the order :func:`ipc_files` opens them."""
+
+IPC_OBJECT_BYTES = 2048
+"""What one System V object costs the kernel before its contents (measured on Linux 6.18: an empty queue 264 bytes
+of slab, a one-semaphore set 518, an unwritten segment 1,176 with its file): an overcount."""
+
+MESSAGE_HEADER_BYTES, SEMAPHORE_BYTES = 48, 64
+"""The kernel's ``struct msg_msg`` before each message's text, and its ``struct sem`` (cache-line aligned), x86-64
+and aarch64 (``ipc/msg.c``, ``ipc/sem.c``)."""
+
+
+def ipc_files() -> list[int]:
+    """Open ``/proc/sysvipc/shm``, ``msg`` and ``sem`` (:data:`IPC_FILES`): each lists the IPC namespace of the
+    process that opened it, for as long as it is open (and keeps that namespace)."""
+    return [os.open(f"/proc/sysvipc/{name}", os.O_RDONLY) for name in IPC_FILES]
+
+
+def ipc_bytes(files: list[int]) -> int:
+    """Bytes of memory the System V objects listed by ``files`` (:func:`ipc_files`, read again from their start)
+    hold: each object :data:`IPC_OBJECT_BYTES`; a shared memory segment its resident bytes (attached or not); a
+    message queue twice its queued text and a :data:`MESSAGE_HEADER_BYTES` header per message (``kmalloc``
+    rounds each allocation up, at most to twice: so 16,384 empty messages count as 1.5 MiB); a semaphore set twice
+    :data:`SEMAPHORE_BYTES` per semaphore. None of these is counted by ``RLIMIT_DATA`` or by any process's pages."""
+    counted = {
+        "shm": lambda o: int(o["rss"]),
+        "msg": lambda o: 2 * (int(o["cbytes"]) + MESSAGE_HEADER_BYTES * int(o["qnum"])),
+        "sem": lambda o: 2 * SEMAPHORE_BYTES * int(o["nsems"]),
+    }
+    total = 0
+    for name, fd in zip(IPC_FILES, files, strict=True):
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        header, *lines = b"".join(chunks).decode().splitlines()
+        for line in lines:
+            total += IPC_OBJECT_BYTES + counted[name](dict(zip(header.split(), line.split())))
+    return total
 
 
 def memory_of_processes(pids: list[int]) -> int:
@@ -325,12 +367,68 @@ MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 
+def _remount(path: str, read_only: bool) -> None:
+    """Remount the mount at ``path`` read-only or read-write, keeping its ``nosuid``, ``nodev`` and ``noexec``.
+
+    Raises:
+        OSError: the remount is refused.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC))
+    kept = sum(flag for bit, flag in flags if os.statvfs(path).f_flag & bit) | (MS_RDONLY if read_only else 0)
+    if libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | kept, None) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"remount {path} {'read-only' if read_only else 'read-write'}: {os.strerror(number)}")
+
+
+SEMOPM = 500
+"""Operations per ``semop`` call (``kernel.sem``'s third field): the kernel's default, kept."""
+
+
+def _bound_ipc(limits: dict[str, int]) -> None:
+    """As root, bound the System V objects of this process's IPC namespace (its ``/proc/sys/kernel`` settings,
+    which are the namespace's own): shared memory to ``limits["memory"]`` bytes in all (``shmall``, and
+    ``shmmax`` for one segment); ``limits["queues"]`` message queues (``msgmni``) of ``limits["queue_bytes"]``
+    bytes and as many messages each (``msgmnb``, taken by a queue when it is made; raising it needs
+    ``CAP_SYS_RESOURCE``); ``limits["semaphore_sets"]`` semaphore sets (``semmni``) of ``limits["semaphores"]``
+    semaphores in all (``semmns``, and ``semmsl`` per set). Past them, ``shmget``, ``msgget`` and ``semget`` fail
+    (``ENOSPC``, ``EINVAL``) and a full queue refuses messages (``EAGAIN``, or ``msgsnd`` waits), before any memory
+    is used. ``limits`` empty: nothing is written (without root, the namespace's settings are the machine root's).
+    Where ``/proc/sys`` is a read-only mount (bwrap's, in a forked kernel's own mount namespace) it is made
+    writable for the writes only.
+
+    Raises:
+        OSError: a setting cannot be written.
+    """
+    if not limits:
+        return
+    settings = {
+        "shmmax": limits["memory"],
+        "shmall": limits["memory"] // os.sysconf("SC_PAGE_SIZE"),
+        "msgmni": limits["queues"],
+        "msgmnb": limits["queue_bytes"],
+        "sem": f"{limits['semaphores']} {limits['semaphores']} {SEMOPM} {limits['semaphore_sets']}",
+    }
+    read_only = bool(os.statvfs("/proc/sys").f_flag & os.ST_RDONLY)
+    if read_only:
+        _remount("/proc/sys", read_only=False)
+    try:
+        for name, value in settings.items():
+            with open(f"/proc/sys/kernel/{name}", "w") as setting:
+                setting.write(str(value))
+    finally:
+        if read_only:
+            _remount("/proc/sys", read_only=True)
+
+
 def _own_namespaces() -> None:
-    """In the forked child, still root: a network namespace and a mount namespace of its own, with a fresh tmpfs
+    """In the forked child, still root: network, mount and IPC namespaces of its own, with a fresh tmpfs
     on /tmp (its HOME) holding only the folders bwrap bound there for the server (Python, the runtime folder).
 
-    So nothing of one kernel (a file, a start-up hook in HOME, a listening socket, an abstract Unix socket)
-    can reach the next even if a process of it outlived the clean-up.
+    So nothing of one kernel (a file, a start-up hook in HOME, a listening socket, an abstract Unix socket, a
+    System V object, a POSIX message queue) can reach another kernel, running or later, even if a process of it
+    outlived the clean-up; its IPC objects end with the namespace (with its last process, once the server closes
+    the namespace's ``/proc/sysvipc`` files).
 
     Raises:
         OSError: the kernel gives no namespace or mount (the kernel then does not start).
@@ -342,7 +440,7 @@ def _own_namespaces() -> None:
             number = ctypes.get_errno()
             raise OSError(number, f"{what}: {os.strerror(number)}")
 
-    check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare")
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC), "unshare")
     check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
     bound = {name: os.open(f"/tmp/{name}", os.O_PATH) for name in os.listdir("/tmp")}
     options = f"size={TMP_BYTES},mode=1777".encode()
@@ -512,8 +610,9 @@ def _refuse_user_namespaces() -> None:
         raise OSError(number, f"install the seccomp filter: {os.strerror(number)}")
 
 
-def _kernel(connection: socket.socket, request: dict) -> None:
-    """In the forked child: become the kernel the request describes. Never returns."""
+def _kernel(connection: socket.socket, request: dict, channel: socket.socket) -> None:
+    """In the forked child: become the kernel the request describes, after sending the server its IPC namespace's
+    :func:`ipc_files` over ``channel``. Never returns."""
     try:
         import random
         import resource
@@ -523,6 +622,12 @@ def _kernel(connection: socket.socket, request: dict) -> None:
 
         os.setsid()
         _own_namespaces()
+        _bound_ipc(request["ipc"])
+        files = ipc_files()
+        socket.send_fds(channel, [b"ipc"], files)
+        for fd in files:
+            os.close(fd)
+        channel.close()
         _own_shm(request["uid"], request["shm"])
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
@@ -591,11 +696,7 @@ def work(request: str, command: list[str]) -> None:
                 setting.write(text)
         # bwrap's root and /dev (with /dev/shm) are tmpfs of the default size, the kernel user's there: read-only.
         for path in ("/", "/dev"):
-            flags = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC))
-            kept = sum(flag for bit, flag in flags if os.statvfs(path).f_flag & bit)
-            if libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None) != 0:
-                number = ctypes.get_errno()
-                raise OSError(number, f"make {path} read-only: {os.strerror(number)}")
+            _remount(path, read_only=True)
     _work_folder(folder["folder"], folder["uid"], folder["size"], folder["files"], source=folder["source"])
     _own_shm(folder["uid"], folder["shm"])
     os.chdir(folder["folder"])
@@ -607,12 +708,11 @@ def work(request: str, command: list[str]) -> None:
 NS_GET_USERNS = 0xB701
 
 
-def ipc(pid: int, limit: int, fd: int) -> None:
+def ipc(pid: int, limits: dict[str, int], fd: int) -> None:
     """Join the IPC namespace of process ``pid`` (and first the user namespace that owns it, where that is not
-    this process's: a sandbox started without root), set that namespace's ``kernel.shmmax`` and ``kernel.shmall``
-    so that its System V shared memory segments together hold at most ``limit`` bytes (``limit`` 0: leave them;
-    only root may write them, for a namespace owned by the machine's user namespace), and send an open
-    ``/proc/sysvipc/shm`` of it over the Unix socket ``fd`` (:func:`segment_bytes` reads it).
+    this process's: a sandbox started without root), bound its System V objects (:func:`_bound_ipc`: ``limits``;
+    empty, they are left as they are: only root may write them, for a namespace owned by the machine's user
+    namespace), and send its open :func:`ipc_files` over the Unix socket ``fd`` (:func:`ipc_bytes` reads them).
 
     Raises:
         OSError: a namespace cannot be joined (the process is gone, say) or a limit cannot be written.
@@ -625,13 +725,9 @@ def ipc(pid: int, limit: int, fd: int) -> None:
             number = ctypes.get_errno()
             raise OSError(number, f"join the {kind} namespace of {pid}'s IPC namespace: {os.strerror(number)}")
         os.close(descriptor)
-    if limit:
-        for name, value in (("shmmax", limit), ("shmall", limit // os.sysconf("SC_PAGE_SIZE"))):
-            with open(f"/proc/sys/kernel/{name}", "w") as setting:
-                setting.write(str(value))
-    segments = os.open("/proc/sysvipc/shm", os.O_RDONLY)
+    _bound_ipc(limits)
     with socket.socket(fileno=fd) as channel:
-        socket.send_fds(channel, [b"shm"], [segments])
+        socket.send_fds(channel, [b"ipc"], ipc_files())
 
 
 if __name__ == "__main__":
@@ -640,6 +736,6 @@ if __name__ == "__main__":
     elif sys.argv[1] == "work":
         work(sys.argv[2], sys.argv[3:])
     elif sys.argv[1] == "ipc":
-        ipc(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        ipc(int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]))
     else:
         sys.exit(kernel(sys.argv[2], sys.argv[3]))

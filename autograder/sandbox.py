@@ -17,9 +17,10 @@
 - its own unprivileged user (uid :attr:`SandboxedKernelManager.uid`), and
   resource limits (``prlimit``): CPU seconds, data segment (memory; not
   ``RLIMIT_AS``, which breaks ``import torch``), processes and threads,
-  file size and open files; the memory all its processes hold (shared
-  memory and memory files included, and the System V segments of its IPC
-  namespace, which as root is also bounded by its ``kernel.shmall``) is
+  file size, open files and POSIX message queues' bytes; the memory all its processes hold (shared
+  memory and memory files included, and what the System V objects of its IPC
+  namespace hold: segments, queued messages, semaphores; as root they are also bounded in that namespace,
+  :func:`autograder.forkserver._bound_ipc`) is
   watched from outside, and the kernel killed past
   :attr:`SandboxedKernelManager.memory_bytes`;
 - its working folder a tmpfs of :attr:`SandboxedKernelManager.work_bytes` and
@@ -46,8 +47,8 @@ As root, an ipykernel kernel is not started in a sandbox of its own but
 forked from a :class:`ForkServer` (:mod:`autograder.forkserver`): one per
 grading process, in the same kind of sandbox, with torch, numpy and
 matplotlib already imported. The kernel gets the same folder (at the same
-path), environment, limits and a user of its own, and the server cleans up
-after it (its processes, /tmp, System V IPC objects) before the next kernel.
+path), environment, limits, a user and an IPC namespace of its own, and the server cleans up
+after it (its processes, /tmp) before the next kernel.
 This saves the 2 to 3 CPU seconds that starting Python and importing those
 modules costs every kernel. When a process of a forked kernel outlived it
 (the clean-up had to kill it), or the clean-up is not confirmed, the
@@ -110,6 +111,10 @@ FORK_SERVER = str(Path(forkserver.__file__).resolve())
 
 KERNEL_PATH = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
 """PATH of the sandbox and its kernel: bwrap looks up ``setpriv`` and ``prlimit`` there, whatever the grader's."""
+
+POSIX_QUEUE_BYTES = 819_200
+"""RLIMIT_MSGQUEUE: bytes of POSIX message queues (``mq_open``; their messages and the kernel's bookkeeping) of the
+kernel's user, the kernel's default, set so that a grader started with a higher one does not pass it on."""
 
 DISABLED_ENV = "AUTOGRADER_NO_SANDBOX"
 """Set (to anything) in nbgrader's environment, it runs kernels without the sandbox: ``grade --no-sandbox``."""
@@ -357,6 +362,19 @@ class SandboxedKernelManager(AsyncKernelManager):
         64 * 2**20, help="Size of the kernel's own /dev/shm (a tmpfs counted as its memory), in bytes."
     ).tag(config=True)
     shm_files = Integer(1_000, help="Files the kernel's /dev/shm may hold (the tmpfs's inodes).").tag(config=True)
+    message_queues = Integer(
+        16, help="System V message queues the kernel may make (its IPC namespace's kernel.msgmni; as root)."
+    ).tag(config=True)
+    message_queue_bytes = Integer(
+        16_384,
+        help="Bytes, and messages, one System V message queue holds (kernel.msgmnb, the kernel's default; as root).",
+    ).tag(config=True)
+    semaphore_sets = Integer(16, help="System V semaphore sets the kernel may make (kernel.semmni; as root).").tag(
+        config=True
+    )
+    semaphores = Integer(
+        1_024, help="System V semaphores in all its sets (kernel.semmns, and semmsl per set; as root)."
+    ).tag(config=True)
     max_message_bytes = Integer(
         16 * 2**20,
         help="The largest message part the grader receives from the kernel, in bytes (ZeroMQ's MAXMSGSIZE on the "
@@ -373,7 +391,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         self._server: ForkServer | None = None
         self._forked = 0
         self._memory_watch: asyncio.Task | None = None
-        self._segments: int | None = None
+        self._ipc_files: list[int] = []
         self.breach: str | None = None
         """Set when the last kernel ended: how its isolation was breached (None: it was not)."""
 
@@ -444,8 +462,22 @@ class SandboxedKernelManager(AsyncKernelManager):
             "memory": self.memory_bytes,
             "work": {"size": self.work_bytes, "files": self.work_files, "fresh": fresh},
             "shm": self._shm(),
+            "ipc": self._ipc_limits(),
         }
         return [sys.executable, "-I", "-S", FORK_SERVER, "kernel", self._server.socket, json.dumps(request)], kw
+
+    def _ipc_limits(self) -> dict[str, int]:
+        """The System V limits of the kernel's IPC namespace, as :func:`autograder.forkserver._bound_ipc` takes them
+        (as root; empty without root, where they are the machine root's)."""
+        if os.geteuid() != 0:
+            return {}
+        return {
+            "memory": self.memory_bytes,
+            "queues": self.message_queues,
+            "queue_bytes": self.message_queue_bytes,
+            "semaphore_sets": self.semaphore_sets,
+            "semaphores": self.semaphores,
+        }
 
     def _shm(self) -> dict[str, int]:
         """The kernel's /dev/shm, as :func:`autograder.forkserver._own_shm` takes it."""
@@ -459,6 +491,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             "fsize": self.file_size_bytes,
             "nofile": self.open_files,
             "core": 0,
+            "msgqueue": POSIX_QUEUE_BYTES,
         }
         if os.geteuid() == 0:
             limits["nproc"] = self.processes
@@ -508,25 +541,24 @@ class SandboxedKernelManager(AsyncKernelManager):
         await super()._async_post_start_kernel(**kw)
         if self.enabled and self._scratch is not None:  # a sandbox of its own: no fork server watches it
             self._stop_watching()
-            self._segments = await self._shared_memory(self.provisioner.pid)
+            self._ipc_files = await self._join_ipc_namespace(self.provisioner.pid)
             self._memory_watch = asyncio.ensure_future(self._watch_memory(self.provisioner.pid))
 
     post_start_kernel = _async_post_start_kernel
 
     SANDBOX_SECONDS = 30
-    """How long :meth:`_shared_memory` waits for the sandbox's namespaces to exist."""
+    """How long :meth:`_join_ipc_namespace` waits for the sandbox's namespaces to exist."""
 
-    async def _shared_memory(self, pid: int) -> int:
-        """For the sandbox ``pid`` (bwrap), before the kernel runs any cell: bound its IPC namespace's System V shared
-        memory to :attr:`memory_bytes` (as root: ``kernel.shmall``, ``kernel.shmmax``; without root the machine's
-        root owns those settings) and return an open ``/proc/sysvipc/shm`` of that namespace
-        (``forkserver.py ipc``), which keeps the namespace, and its segments, until it is closed.
+    async def _join_ipc_namespace(self, pid: int) -> list[int]:
+        """For the sandbox ``pid`` (bwrap), before the kernel runs any cell: bound its IPC namespace's System V
+        objects (as root: :meth:`_ipc_limits`; without root the machine's root owns those settings) and return its
+        open ``/proc/sysvipc`` files (``forkserver.py ipc``; :func:`autograder.forkserver.ipc_files`), which keep
+        the namespace, and its objects, until they are closed.
 
         Raises:
             RuntimeError: the sandbox's namespace did not appear in :attr:`SANDBOX_SECONDS`, or was not joined.
         """
-        ours = os.stat("/proc/self/ns/ipc").st_ino
-        limit = self.memory_bytes if os.geteuid() == 0 else 0
+        ours, limits = os.stat("/proc/self/ns/ipc").st_ino, json.dumps(self._ipc_limits())
         deadline, said = time.monotonic() + self.SANDBOX_SECONDS, b"no process in a namespace of its own yet"
         while time.monotonic() < deadline:
             # The deepest process: bwrap's own set-up processes in the namespace may end meanwhile; then try again.
@@ -535,35 +567,34 @@ class SandboxedKernelManager(AsyncKernelManager):
             with ours_end, theirs:
                 if inside:
                     helper = await asyncio.create_subprocess_exec(
-                        sys.executable, "-I", "-S", FORK_SERVER, "ipc", str(inside[0]), str(limit),
-                        str(theirs.fileno()), pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                        sys.executable, "-I", "-S", FORK_SERVER, "ipc", str(inside[0]), limits, str(theirs.fileno()),
+                        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                     )
                     theirs.close()
                     _, said = await helper.communicate()
                     if helper.returncode == 0:
-                        return socket.recv_fds(ours_end, 16, 1)[1][0]
+                        return socket.recv_fds(ours_end, 16, len(forkserver.IPC_FILES))[1]
             await asyncio.sleep(0.01)
         raise RuntimeError(f"the kernel's IPC namespace was not joined: {said.decode()[-2000:]}")
 
     def _stop_watching(self) -> None:
-        """Stop the memory watch, and close the sandbox's ``/proc/sysvipc/shm`` (its IPC namespace can then end)."""
+        """Stop the memory watch, and close the sandbox's ``/proc/sysvipc`` files (its IPC namespace can then end)."""
         if self._memory_watch is not None:
             self._memory_watch.cancel()
             self._memory_watch = None
-        if self._segments is not None:
-            os.close(self._segments)
-            self._segments = None
+        while self._ipc_files:
+            os.close(self._ipc_files.pop())
 
     async def _watch_memory(self, pid: int) -> None:
         """Every :data:`autograder.forkserver.MEMORY_INTERVAL` seconds, SIGKILL the sandbox ``pid`` (bwrap: the
-        kernel and all its processes die with it) when the processes below it and the System V segments of its IPC
+        kernel and all its processes die with it) when the processes below it and the System V objects of its IPC
         namespace hold more than :attr:`memory_bytes` (:func:`autograder.forkserver.memory_of_processes`,
-        :func:`autograder.forkserver.segment_bytes`)."""
-        assert self._segments is not None
+        :func:`autograder.forkserver.ipc_bytes`)."""
+        assert self._ipc_files
         while True:
             await asyncio.sleep(forkserver.MEMORY_INTERVAL)
-            used = forkserver.memory_of_processes(_descendants(pid)) + forkserver.segment_bytes(self._segments)
+            used = forkserver.memory_of_processes(_descendants(pid)) + forkserver.ipc_bytes(self._ipc_files)
             if used > self.memory_bytes:
                 self.log.warning("kernel killed: its processes held more than %d bytes of memory", self.memory_bytes)
                 try:

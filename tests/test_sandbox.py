@@ -300,11 +300,12 @@ def test_a_kernels_working_folder_is_bounded_in_bytes_and_in_files(tmp_path, for
 
 
 def test_memory_that_rlimit_data_misses_kills_a_kernel_past_its_limit(fork):
-    """Shared anonymous mmap, memory files, files in /dev/shm (closed) and System V shared memory (none of them
-    counted by RLIMIT_DATA; the System V segments attached, written and detached), each 2 GiB written by a kernel
-    limited to 1.5 GiB (its /dev/shm here 4 GiB): the fork server (or, for a kernel in a sandbox of its own, its
-    manager, which reads the sandbox's IPC namespace) kills the kernel, the cell says it died, the kernel comes
-    back with its state."""
+    """Shared anonymous mmap, memory files, files in /dev/shm (closed), System V shared memory, semaphores and
+    (as root) queued messages (none of them counted by RLIMIT_DATA; the System V segments attached, written and
+    detached), each 2 GiB written by a kernel limited to 1.5 GiB (its /dev/shm here 4 GiB, its System V bounds
+    raised past the limit so that only the reading can stop them): the fork server (or, for a kernel in a sandbox
+    of its own, its manager, which reads the sandbox's IPC namespace) kills the kernel, the cell says it died, the
+    kernel comes back with its state."""
     shared = (
         "import mmap\nblock = mmap.mmap(-1, 2 * 2**30)\n"
         "for start in range(0, 2 * 2**30, 2**24):\n    block[start:start + 2**24] = bytes(2**24)"
@@ -312,7 +313,10 @@ def test_memory_that_rlimit_data_misses_kills_a_kernel_past_its_limit(fork):
     files = "kept = [os.memfd_create(str(n)) for n in range(40)]\nfor fd in kept:\n    os.write(fd, bytes(50 * 2**20))"
     shm = "for n in range(40):\n    open(f'/dev/shm/{n}', 'wb').write(bytes(50 * 2**20))"
     limit = {"memory_bytes": 3 * 2**29, "shm_bytes": 2**32}
-    attacks = [shared, files, shm, SYSTEM_V.format(count=8, size=2**28)]
+    attacks = [shared, files, shm, SYSTEM_V.format(count=8, size=2**28), SYSTEM_V_TOOLS + SEMAPHORE_FLOOD]
+    if os.geteuid() == 0:  # without root the namespace's own bounds (32,000 queues of 16 KiB) keep it under 1.5 GiB
+        attacks.append(SYSTEM_V_TOOLS + MESSAGE_FLOOD)
+    limit |= {"message_queues": 64, "message_queue_bytes": 2**25, "semaphore_sets": 4096, "semaphores": 2**25}
     cells = run(SETUP, *[c for a in attacks for c in (a, SHOW_STATE)], timeout=60, fork=fork, sandbox=limit,
                 max_restarts=len(attacks))
     assert [enames(cell) for cell in cells[1::2]] == [["DeadKernelError"]] * len(attacks)
@@ -334,6 +338,82 @@ for _ in range({count}):
 """
 """A cell that creates, attaches, writes and detaches ``count`` System V segments of ``size`` bytes (left in the
 kernel's IPC namespace), or says why the first refused one was."""
+
+
+SYSTEM_V_TOOLS = """
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+class Message(ctypes.Structure):
+    _fields_ = [('type', ctypes.c_long), ('text', ctypes.c_char * 8192)]
+MESSAGE, NOWAIT, KEY = Message(1), 0o4000, 0x5EC12E7
+def said():
+    return errno.errorcode[ctypes.get_errno()]
+def make_queues(most):
+    made = []
+    while len(made) < most and (queue := libc.msgget(0, 0o1600)) >= 0:  # IPC_PRIVATE, IPC_CREAT | 0600
+        made.append(queue)
+    return made, said() if len(made) < most else 'none refused'
+def fill(queue, size, most):
+    sent = 0
+    while sent < most and libc.msgsnd(queue, ctypes.byref(MESSAGE), size, NOWAIT) == 0:
+        sent += 1
+    return sent, said() if sent < most else 'none refused'
+"""
+"""A cell's System V helpers: ``make_queues`` (up to ``most``, and why the next was refused), ``fill`` (a queue,
+with up to ``most`` messages of ``size`` bytes without waiting, and why the next was refused)."""
+
+MESSAGE_FLOOD = "for queue in make_queues(64)[0]:\n    fill(queue, 8192, 4096)"
+"""Up to 64 queues, each filled with up to 4096 messages of 8 KiB until refused: 2 GiB at most."""
+
+SEMAPHORE_FLOOD = "print([libc.semget(0, 32_000, 0o1600) >= 0 for _ in range(1000)].count(True))"
+"""1000 sets of 32,000 semaphores (64 bytes of the kernel's memory each: 2 GiB)."""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="without root, the IPC namespace's limits are the machine root's")
+def test_system_v_queues_and_semaphores_are_bounded_in_each_kernels_ipc_namespace(fork):
+    """As root, each kernel's IPC namespace allows 16 message queues of 16 KiB (and as many messages), 16 semaphore
+    sets of 1,024 semaphores in all (``SandboxedKernelManager.message_queues`` ...): more queues, a message past a
+    full queue, a larger set or more sets are refused before they use memory; the kernel goes on."""
+    queues = "made, why = make_queues(100)\nprint(len(made), why)"
+    full = "print(fill(made[0], 8192, 100), fill(made[1], 0, 20_000))"
+    sets = "print(said() if libc.semget(0, 1025, 0o1600) < 0 else 'made')\n" + (
+        "print([libc.semget(0, 64, 0o1600) >= 0 for _ in range(100)].count(True), said())"
+    )
+    _, made, filled, semaphores, state = run(SETUP + SYSTEM_V_TOOLS, queues, full, sets, SHOW_STATE, fork=fork)
+    assert printed(made) == "16 ENOSPC\n"
+    assert printed(filled) == "(2, 'EAGAIN') (16384, 'EAGAIN')\n"
+    assert printed(semaphores) == "EINVAL\n16 ENOSPC\n"
+    assert printed(state) == "kept\n"
+
+
+POSIX_QUEUE = """
+rt = ctypes.CDLL('librt.so.1', use_errno=True)
+O_RDONLY, O_WRONLY, O_CREAT = 0, 0o1, 0o100
+"""
+"""A cell's POSIX message queue helpers (``mq_open`` through ``librt``)."""
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_no_ipc_object_of_a_forked_kernel_reaches_the_next_one_forked_from_the_same_server():
+    """A kernel leaves, open to all under a known key or name, a System V queue holding a message, a semaphore set,
+    a segment, and a POSIX message queue holding its answers: the next kernel forked from the same server (another
+    student's) finds none of them and lists no System V object; each kernel has an IPC namespace of its own (before
+    it, the server's clean-up removed the System V objects, but a POSIX queue reached the next kernel)."""
+    leave = (
+        "os.umask(0)\nqueue = libc.msgget(KEY, 0o1666)\nprint(queue >= 0, fill(queue, 100, 1)[0],\n"
+        "      libc.semget(KEY, 4, 0o1666) >= 0, libc.shmget(KEY, 2**20, 0o1666) >= 0)\n"
+        "posix = rt.mq_open(b'/answers', O_WRONLY | O_CREAT, 0o666, None)\n"
+        "print(posix >= 0, rt.mq_send(posix, b'the answers', 11, 0))"
+    )
+    look = (
+        "print([libc.msgget(KEY, 0), libc.semget(KEY, 0, 0), libc.shmget(KEY, 0, 0)], said())\n"
+        "print(rt.mq_open(b'/answers', O_RDONLY, 0, None), said())\n"
+        "print([len(open(f'/proc/sysvipc/{name}').readlines()) for name in ('msg', 'sem', 'shm')])"
+    )
+    left = run(SETUP + SYSTEM_V_TOOLS + POSIX_QUEUE, leave)[1]
+    found = run(SETUP + SYSTEM_V_TOOLS + POSIX_QUEUE, look)[1]
+    assert printed(left) == "True 1 True True\nTrue 0\n"
+    assert printed(found) == "[-1, -1, -1] ENOENT\n-1 ENOENT\n[1, 1, 1]\n"  # each file: its header only
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="without root, the IPC namespace's limits are the machine root's")
