@@ -1,15 +1,21 @@
-"""Hostile submissions of 01_tensors graded together through the real pipeline (one module-scoped run):
-self-scorers earn exactly what the verdict gives, malformed files are each one student's invalid notebook,
-leaks of the hidden tests reach no feedback page, students' markup reaches it only as text, output floods keep
-within the output limits and the grader's processes within the memory bound README states, and an execution
-whose kernel breached its isolation is not stored for reuse.
+"""Hostile submissions of 01_tensors graded through the real pipeline: self-scorers earn exactly what the verdict
+gives, malformed files are each one student's invalid notebook, leaks of the hidden tests reach no feedback page,
+students' markup reaches it only as text, output floods keep within the output limits and the grader's processes
+within the memory bound README states, and an execution whose kernel breached its isolation is not stored for reuse.
+
+The samples are those ``demo --all`` grades with every other (conftest's ``every_sample_graded``, one run for the
+session: none is graded twice); their results are read back from its gradebook as ``report`` reads them. The
+malformed files, which are no samples, are graded in a batch of their own beside the reference.
 
 The stored executions (``executed/``, the kernel's outputs before the verdict) show that each trick works
 on stock nbgrader: scored by ``determine_grade`` as they came from the kernel, they earn points they must not.
 """
 
+import functools
 import html
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,8 +42,8 @@ from autograder.execute import STORE, Execute
 from autograder.feedback import REDACTED
 from autograder.grade import grade
 from autograder.intake import Submission
+from autograder.report import gradebook_results
 from autograder.samples import samples, write_download
-from grader_memory import PeakMemory
 from hostile.malformed_notebooks import MALFORMED
 
 ASSIGNMENT = "01_tensors"
@@ -48,31 +54,43 @@ LEAKS = [s for s in ALL if s.student_id.startswith("leaks_")]
 INJECTORS = [s for s in ALL if s.student_id.startswith("html_")]
 FLOODS = [s for s in ALL if s.student_id.startswith("floods_")]
 ATTACKERS = [s for s in ALL if s.student_id.startswith("cross_")]
-"""Graded first (student ids sort first, one worker), before every other sample of the run."""
+"""Graded first (student ids sort first), before every other sample of the run."""
 FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_bytes"]
-"""Malformed files among the graded (every one of MALFORMED is checked in test_structure)."""
+"""Malformed files graded here (every one of MALFORMED is checked in test_structure)."""
 
 
 @pytest.fixture(scope="module")
-def grading_run(tmp_path_factory):
-    """The course, the results by student id, and the peak memory of the grader's processes."""
-    scratch = tmp_path_factory.mktemp("hostile")
+def every_result(every_sample_graded):
+    """What the demo graded, every assignment: :func:`autograder.report.gradebook_results` of its course."""
+    return gradebook_results(every_sample_graded.graded)
+
+
+@pytest.fixture(scope="module")
+def graded(every_sample_graded, every_result):
+    """The demo's scratch course, and the results of every sample it graded by student id (01_tensors only)."""
+    return every_sample_graded.graded, {r.student_id: r for r in every_result if r.assignment_id == ASSIGNMENT}
+
+
+@pytest.fixture(scope="module")
+def malformed_graded(every_sample_graded, tmp_path_factory):
+    """The results by student id of a batch of the reference and the malformed FILES, graded in a course whose
+    executed/ holds the demo's executions and reference records (hard links: the batch only ever replaces a
+    stored file, never rewrites it), so that nothing executes again."""
+    scratch = tmp_path_factory.mktemp("malformed")
     course = copy_course(Course(ROOT), scratch / "course")
-    download = write_download([REFERENCE, *SCORED, *LEAKS, *INJECTORS, *ATTACKERS, *FLOODS], scratch / "download")
+    (course.root / STORE).mkdir()
+    for path in (every_sample_graded.graded.root / STORE).iterdir():
+        if path.is_file():
+            os.link(path, course.root / STORE / path.name)
+    download = write_download([REFERENCE], scratch / "download")
     release = nbformat.read(ROOT / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     for name in FILES:
         path = download / f"malformed_{name}" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
         path.parent.mkdir(parents=True)
         path.write_bytes(MALFORMED[name](release))
-    with PeakMemory() as memory:
-        grading = grade(course, download, workers=1)
-    return course, {result.student_id: result for result in grading.results}, memory
-
-
-@pytest.fixture(scope="module")
-def graded(grading_run):
-    course, results, _ = grading_run
-    return course, results
+    grading = grade(course, download)
+    assert grading.batch.executed == 0
+    return {result.student_id: result for result in grading.results}
 
 
 def test_there_are_self_scorers():
@@ -111,11 +129,11 @@ def test_a_leak_of_the_hidden_tests_reaches_no_feedback_page(graded, sample):
     assert [line for line in HIDDEN_LINES if line in page] == []
 
 
-def test_cross_student_attackers_graded_first_harm_nobody_after_them(graded):
+def test_cross_student_attackers_graded_first_harm_nobody_after_them(every_sample_graded, every_result, graded):
     _, results = graded
-    assert ATTACKERS and min(results) == ATTACKERS[0].student_id  # the first graded by the one worker
-    wrong = [line for sample in [*ATTACKERS, REFERENCE, *SCORED, *LEAKS, *INJECTORS, *FLOODS]
-             for line in mismatches_of(results[sample.student_id], sample)]
+    assert ATTACKERS and min(r.student_id for r in every_result) == ATTACKERS[0].student_id  # the batch's first
+    assert "MISMATCH" not in every_sample_graded.process.stdout  # nor any sample of the other assignments
+    wrong = [line for sample in ALL for line in mismatches_of(results[sample.student_id], sample)]
     assert wrong == []
 
 
@@ -131,11 +149,11 @@ def test_an_output_flood_loses_its_cells_and_stays_within_the_output_limits(grad
     assert max(sizes.values()) < limit + REFERENCE_NOTEBOOK_BYTES, sizes
 
 
-def test_the_graders_own_memory_stays_under_its_bound_whatever_the_kernels_send(grading_run):
+def test_the_graders_own_memory_stays_under_its_bound_whatever_the_kernels_send(every_sample_graded):
     """README, "Limits": each process of the grader stays under GRADER_MEMORY_BOUND; measured (VmHWM of every
     grading process, polled) over the whole run, output floods included."""
-    _, _, memory = grading_run
-    command, peak = memory.largest
+    assert FLOODS
+    command, peak = every_sample_graded.memory.largest
     print(f"largest peak of a grading process: {peak / 2**20:.0f} MiB ({command})")
     assert 0 < peak < GRADER_MEMORY_BOUND, f"{peak / 2**20:.0f} MiB: {command}"
 
@@ -206,30 +224,33 @@ def stored_execution(course, sample):
     """The notebook the batch executed for ``sample`` (the kernel's outputs, before the verdict)."""
     executed = stored_executions(course, sample)
     assert len(executed) == 1
-    return executed[0]
+    return nbformat.read(executed[0], as_version=4)
 
 
 def stored_executions(course, sample):
-    """The notebooks stored in ``executed/`` with the answers of ``sample``."""
-    answers = solutions(sample.notebook)
-    return [
-        notebook
-        for path in sorted((course.root / STORE).glob("*.ipynb"))
-        for notebook in [nbformat.read(path, as_version=4)]
-        if solutions(notebook) == answers
-    ]
+    """The paths of the notebooks stored in ``executed/`` with the answers of ``sample``."""
+    return executed_by_answers(course.root).get(solutions(sample.notebook), [])
+
+
+@functools.cache
+def executed_by_answers(root: Path) -> dict[tuple[str, ...], list[Path]]:
+    """The notebooks stored in ``root/executed/`` by their solution cells' sources (read once: hundreds of them)."""
+    found: dict[tuple[str, ...], list[Path]] = {}
+    for path in sorted((root / STORE).glob("*.ipynb")):
+        found.setdefault(solutions(nbformat.read(path, as_version=4)), []).append(path)
+    return found
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_a_malformed_file_is_one_invalid_notebook_and_the_batch_is_graded(graded, name):
-    _, results = graded
-    result = results[f"malformed_{name}"]
+def test_a_malformed_file_is_one_invalid_notebook_and_the_batch_is_graded(malformed_graded, name):
+    result = malformed_graded[f"malformed_{name}"]
     assert result.status == "invalid notebook" and result.score == 0 and result.tasks
-    assert len(results) == 1 + len(SCORED) + len(LEAKS) + len(INJECTORS) + len(ATTACKERS) + len(FLOODS) + len(FILES)
+    assert len(malformed_graded) == 1 + len(FILES)
+    assert mismatches_of(malformed_graded["reference"], REFERENCE) == []
 
 
-def solutions(notebook):
-    return [cell.source for cell in notebook.cells if is_solution(cell)]
+def solutions(notebook) -> tuple[str, ...]:
+    return tuple(cell.source for cell in notebook.cells if is_solution(cell))
 
 
 def test_a_run_interrupted_then_terminated_leaves_no_process_behind(tmp_path):
@@ -292,16 +313,28 @@ def alive(pid: int) -> bool:
     return "Z" not in state.split(":", 1)[1].split()[0]
 
 
-def test_no_cache_executes_an_honest_notebook_again(graded):
-    """The reference's execution is stored by the first run; executed again by the batch with ``no_cache`` (what
-    ``grade --no-cache`` asks), it runs again, its reference records too, and is stored afresh."""
-    course, _ = graded
-    stored = {path: path.stat().st_mtime_ns for path in (course.root / STORE).glob("*.ipynb")}
-    before = stored_executions(course, REFERENCE)
-    submitted = course.root / "submitted" / "reference" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+def test_no_cache_executes_an_honest_notebook_again(graded, tmp_path):
+    """The reference's execution, stored by the demo's run (copied into a course of this test's own, with its
+    submission, its assignment's reference records and the gradebook), executed again by the batch with ``no_cache`` (what
+    ``grade --no-cache`` asks): it runs again, its reference records too, and is stored afresh."""
+    demo_course, _ = graded
+    [stored_reference] = stored_executions(demo_course, REFERENCE)
+    course = copy_course(Course(ROOT), tmp_path / "course")
+    (course.root / STORE).mkdir()
+    for path in [stored_reference, *(demo_course.root / STORE).glob(f"reference-{ASSIGNMENT}-*.json")]:
+        shutil.copy(path, course.root / STORE)
+    submitted = Path("submitted") / "reference" / ASSIGNMENT
+    shutil.copytree(demo_course.root / submitted, course.root / submitted)
+    shutil.copy(demo_course.root / "gradebook.db", course.root)  # nbgrader's sanitising reads the assignment there
+    stored = {path: path.stat().st_mtime_ns for path in (course.root / STORE).iterdir()}
     fresh = batch.execute(
-        course, [Submission("reference", ASSIGNMENT, submitted, "reference")], isolated=True, workers=1, no_cache=True
+        course,
+        [Submission("reference", ASSIGNMENT, course.root / submitted / f"{ASSIGNMENT}.ipynb", "reference")],
+        isolated=True,
+        workers=1,
+        no_cache=True,
     )
-    assert len(before) == 1 and (fresh.executed, fresh.stored, fresh.breached) == (1, 0, [])
-    rewritten = [path for path, mtime in stored.items() if path.stat().st_mtime_ns != mtime]
-    assert len(rewritten) == 1 and len(stored_executions(course, REFERENCE)) == 1
+    assert (fresh.executed, fresh.stored, fresh.breached) == (1, 0, [])
+    rewritten = [path for path, mtime in stored.items() if path.exists() and path.stat().st_mtime_ns != mtime]
+    assert sorted(path.suffix for path in rewritten) == [".ipynb", ".json"]
+    assert [path.name for path in (course.root / STORE).glob("*.ipynb")] == [stored_reference.name]
