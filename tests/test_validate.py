@@ -13,9 +13,9 @@ ASSIGNMENT = "01_tensors"
 WRONG = ("task_2_2_zero_negatives", "def zero_negatives_(x):\n    return x.abs_()\n")
 UNANSWERED = "task_3_1_hwc_to_chw"
 WARNS = (
-    "task_5_1_tensor_nbytes",
-    "import warnings\n\ndef tensor_nbytes(t):\n    warnings.warn('counting bytes')\n"
-    "    return t.numel() * t.element_size()\n",
+    "task_5_1_compact",
+    "import warnings\n\ndef compact(t):\n    warnings.warn('counting bytes')\n"
+    "    return t.clone() if t.untyped_storage().nbytes() > t.numel() * t.element_size() else t\n",
 )
 
 
