@@ -191,13 +191,74 @@ def test_numpy_to_tensor_shares_memory_exactly_when_safe(t01, dtype, shape, flip
         assert shares == (not negative and not readonly)
 
 
-@given(data=st.data())
-def test_tensor_nbytes_counts_the_elements_shown(t01, data):
+@given(data=st.data(), requires_grad=st.booleans())
+def test_to_numpy_shares_memory_unless_numpy_lacks_the_dtype(t01, data, requires_grad):
+    t = data.draw(tensors(dtypes=tuple(FLOATS + INTS + [torch.bool])))
+    if requires_grad and t.dtype.is_floating_point:
+        t.requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        array = t01.to_numpy(t)
+    expected = (t.detach().float() if t.dtype == torch.bfloat16 else t.detach()).clone().numpy()
+    assert type(array) is np.ndarray and array.shape == tuple(t.shape) and array.dtype == expected.dtype
+    np.testing.assert_array_equal(array, expected)
+    if t.numel():
+        assert (array.__array_interface__["data"][0] == t.data_ptr()) == (t.dtype != torch.bfloat16)
+    assert t.requires_grad == (requires_grad and t.dtype.is_floating_point)
+
+
+@given(data=st.data(), big=st.booleans(), expand=st.integers(1, 3))
+def test_compact_copies_exactly_when_the_storage_holds_more_than_is_shown(t01, data, big, expand):
     t = data.draw(tensors(dtypes=tuple(FLOATS + INTS + [torch.bool, torch.complex128])))
-    result = t01.tensor_nbytes(t)
-    assert type(result) is int and result == t.numel() * t.element_size()
-    huge = torch.empty(3 * 2**30 + 1, 2**23 + 3, dtype=torch.float64, device=META)  # an odd numel past 2**53
-    assert t01.tensor_nbytes(huge) == 8 * (3 * 2**30 + 1) * (2**23 + 3) and type(t01.tensor_nbytes(huge)) is int
+    if big:  # a piece of a storage 10 times its size
+        t = torch.cat([t.flatten(), t.new_zeros(9 * t.numel() + 1)])[: t.numel()].view(t.shape)
+    t = t.expand(expand, *t.shape)
+    for tensor in (t, t.to(META)):
+        shown = tensor.numel() * tensor.element_size()
+        result = t01.compact(tensor)
+        if tensor.untyped_storage().nbytes() <= shown:
+            assert result is tensor
+        else:
+            assert_same_tensor(result, tensor, rtol=0, atol=0)
+            assert result.untyped_storage().nbytes() == shown
+
+
+@given(data=st.data(), constant_rows=st.booleans())
+def test_standardize_rows_is_numpys_population_standardization(t01, data, constant_rows):
+    shape = data.draw(shapes.filter(lambda s: s and s[-1] >= 1))
+    x = data.draw(tensors(shape=shape, dtypes=(torch.float32, torch.float64)))
+    if constant_rows:
+        x = x[..., :1].expand(shape).clone()
+    before = x.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = t01.standardize_rows(x)
+    a = x.numpy().astype(np.float64)
+    std = a.std(axis=-1, keepdims=True)
+    constant = (a == a[..., :1]).all(axis=-1, keepdims=True)
+    expected = np.divide(a - a.mean(axis=-1, keepdims=True), std, out=np.zeros_like(a), where=~constant)
+    assert_same_tensor(result, torch.from_numpy(expected).to(x.dtype), rtol=1e-5, atol=1e-5)
+    if constant_rows:
+        assert not result.any()
+    assert torch.equal(x, before)
+    assert t01.standardize_rows(x.to(META)).shape == x.shape
+
+
+@given(data=st.data())
+def test_collate_is_cat_of_the_items_as_batches(t01, data):
+    image = tuple(data.draw(st.lists(st.integers(0, 3), min_size=3, max_size=3)))
+    sizes = data.draw(st.lists(st.sampled_from([None, 0, 1, 2]), min_size=1, max_size=4))
+    items = [data.draw(tensors(shape=image if n is None else (n, *image))) for n in sizes]
+    dtype = items[0].dtype
+    items = [item.to(dtype) for item in items]
+    result = t01.collate(items)
+    expected = torch.cat([item.unsqueeze(0) if item.ndim == 3 else item for item in items])
+    assert_same_tensor(result, expected, rtol=0, atol=0)
+    assert result.numel() == 0 or all(result.data_ptr() != item.data_ptr() for item in items)
+    assert t01.collate([item.to(META) for item in items]).shape == expected.shape
+    for wrong in ([], [torch.zeros(image[:2])], [torch.zeros(1, 1, *image)], [torch.zeros(image), torch.zeros(1, image[0] + 1, *image[1:])]):
+        with pytest.raises(ValueError):
+            t01.collate(wrong)
 
 
 # =========================================================================== 02_strides
