@@ -19,7 +19,8 @@ from nbgrader.api import Gradebook
 from autograder.build import build
 from autograder.checks import RECORD_MIME_TYPE
 from autograder.course import ROOT, CourseError, grade_id, is_autograder_tests, is_grade, is_solution
-from autograder.grade import NOT_ISOLATED, RELEASES, recorded_cells, update_gradebook
+from autograder.grade import NOT_ISOLATED
+from autograder.releases import RELEASES, recorded_cells, update_gradebook
 from autograder.sandbox import BWRAP_ENV
 from autograder.samples import samples, write_download
 from autograder.session import Session
