@@ -47,7 +47,7 @@ from nbgrader.converters import Autograde
 
 from . import batch, intake, session, verdict
 from .course import Course, CourseError, copy_course, die_with_parent, nbgrader_failure, run_nbgrader
-from .grade import update_gradebook
+from .releases import update_gradebook
 from .samples import Sample, samples, write_download
 
 

@@ -18,11 +18,13 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import nbformat
+from jupyter_core.paths import jupyter_config_path
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root, which is also the course directory."""
@@ -35,6 +37,10 @@ HIDDEN_TEST_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 MARKERS = SOLUTION_MARKERS + HIDDEN_TEST_MARKERS
 RAISES_TAG = "raises-exception"
 """Cell tag of a cell that raises on purpose: JupyterLab's Run All, nbclient, nbgrader and nbval go on past it."""
+
+
+NBGRADER_CONFIG_FILES = ("nbgrader_config.py", "nbgrader_config.json")
+"""The configuration files nbgrader reads from each of Jupyter's configuration folders."""
 
 
 class CourseError(RuntimeError):
@@ -88,6 +94,12 @@ class Course:
             raise CourseError(f"no assignment {', '.join(unknown)} in {self.source} (there are: {', '.join(known)})")
         return list(assignment_ids or known)
 
+    def nbgrader_config_files(self) -> list[Path]:
+        """The configuration files nbgrader reads (present or not): the course's ``nbgrader_config.py`` and
+        :data:`NBGRADER_CONFIG_FILES` in each of Jupyter's configuration folders."""
+        configs = [Path(folder) / name for folder in jupyter_config_path() for name in NBGRADER_CONFIG_FILES]
+        return [self.root / "nbgrader_config.py", *configs]
+
     def source_notebook(self, assignment_id: str) -> Path:
         return self.source / assignment_id / f"{assignment_id}.ipynb"
 
@@ -96,6 +108,16 @@ class Course:
 
     def reference_notebook(self, assignment_id: str) -> Path:
         return self.notebooks / f"{assignment_id}.ipynb"
+
+
+def hash_files(digest: Any, paths: Iterable[Path], *, root: Path) -> None:
+    """Feed each file of ``paths`` into ``digest`` (a ``hashlib`` object): its name (relative to
+    ``root`` where it lies there) and its bytes. Folders, missing files and editors' ``.ipynb_checkpoints`` and
+    ``__pycache__`` are left out."""
+    for path in paths:
+        if path.is_file() and not {".ipynb_checkpoints", "__pycache__"} & set(path.parts):
+            name = path.relative_to(root) if path.is_relative_to(root) else path
+            digest.update(f"{name}\0".encode() + path.read_bytes() + b"\0")
 
 
 def copy_course(course: Course, destination: Path) -> Course:

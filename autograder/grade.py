@@ -3,7 +3,7 @@
 ``nbgrader generate_assignment`` into a scratch release folder, a request to
 the run's nbgrader process (keeps the gradebook's grade cells in step with
 source/; not asked again while source/ and the gradebook are as it left them,
-see :func:`update_gradebook`) -> intake (the download's shape
+see :func:`autograder.releases.update_gradebook`) -> intake (the download's shape
 read, every file in the manifest, each student mapped to a course id, each
 chosen notebook validated and normalised to that release, in submitted/; see
 :mod:`autograder.intake` and :mod:`autograder.structure`) -> every student of
@@ -20,23 +20,17 @@ student ids (student_ids.csv) are written beside them.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
-import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
-import nbgrader
-from jupyter_core.paths import jupyter_config_path
-from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.api import Gradebook
 
 from . import intake, report, sandbox, session
 from .batch import BatchRun
-from .course import Course, CourseError, generate_assignment, nbgrader_errors, read_notebook
-from .execute import STORE
+from .course import Course, CourseError
+from .releases import update_gradebook
 from .session import PER_SUBMISSION_ERROR
 
 NOT_ISOLATED = "graded without isolation (--no-sandbox)"
@@ -194,101 +188,6 @@ def _enrol(course: Course, found: intake.Intake) -> None:
             student = mapping.student
             names = {"first_name": student.first_name, "last_name": student.last_name, "email": student.email}
             gradebook.update_or_create_student(student.student_id, **{k: v for k, v in names.items() if v})
-
-
-RELEASES = Path(STORE) / "releases"
-"""Folder of the course directory holding the release notebooks :func:`update_gradebook` generated, by source."""
-
-
-def update_gradebook(
-    course: Course, assignment_id: str, *, db_url: str | None = None, nbgrader: session.Session | None = None
-) -> nbformat.NotebookNode:
-    """Record the assignment's grade cells (from source/) in the gradebook at ``db_url`` (default: the course's;
-    :func:`survey` passes a scratch one), by a request to the ``nbgrader`` session where one is given (no nbgrader
-    start-up, about 1.5 s of CPU), else by the ``nbgrader generate_assignment`` command.
-
-    Generates into a scratch release folder, so release/ is left as it is. With the course's gradebook, keeps what
-    it generated in :data:`RELEASES`, under :func:`source_key`, with a digest of what nbgrader then recorded in the
-    gradebook (:func:`recorded_cells`); when both are there and the gradebook still holds exactly that (a run again
-    on the same source/), nothing is generated (the command takes 2 to 6 s). A scratch gradebook leaves the course
-    directory as it is.
-    Returns the release notebook generated (the template submissions are normalised to).
-
-    Raises:
-        CourseError: nbgrader refused (its log is quoted).
-    """
-    if db_url is not None:
-        with tempfile.TemporaryDirectory(prefix="release-") as scratch:
-            return read_notebook(_generated(course, assignment_id, Path(scratch), db_url, nbgrader))
-    kept = course.root / RELEASES / f"{assignment_id}-{source_key(course, assignment_id)}.ipynb"
-    digest = kept.with_suffix(".gradebook")
-    if kept.exists() and digest.exists() and digest.read_text() == recorded_cells(course.db_url, assignment_id):
-        return read_notebook(kept)
-    with tempfile.TemporaryDirectory(prefix="release-") as scratch:
-        generated = _generated(course, assignment_id, Path(scratch), course.db_url, nbgrader)
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(generated, kept)
-        digest.write_text(recorded_cells(course.db_url, assignment_id))
-        return read_notebook(kept)
-
-
-def _generated(
-    course: Course, assignment_id: str, scratch: Path, db_url: str, nbgrader: session.Session | None
-) -> Path:
-    """The release notebook generated into ``scratch/<id>/`` (see :func:`update_gradebook`)."""
-    if nbgrader is None:
-        folder = generate_assignment(course, assignment_id, release_dir=scratch, db_url=db_url)
-    else:
-        folder = scratch / assignment_id
-        outcome = nbgrader.generate_assignment(assignment_id, release_dir=scratch, db_url=db_url).result()
-        if not outcome.success:
-            quoted = nbgrader_errors(outcome.log + outcome.error) or outcome.tail().splitlines()
-            raise CourseError(f"nbgrader generate_assignment {assignment_id} failed:\n  " + "\n  ".join(quoted))
-    return folder / f"{assignment_id}.ipynb"
-
-
-def source_key(course: Course, assignment_id: str) -> str:
-    """SHA-256 (hex) of what ``nbgrader generate_assignment`` makes a release from: nbgrader's version, the
-    configuration files it reads (the course's and Jupyter's), and every file of ``source/<id>/`` (its path and
-    contents; editors' ``.ipynb_checkpoints`` and ``__pycache__`` left out; the course's own paths relative to it)."""
-    digest = hashlib.sha256(f"{nbgrader.__version__}\0{assignment_id}\0".encode())
-    configs = [Path(folder) / name for folder in jupyter_config_path() for name in CONFIG_FILES]
-    files = [course.root / "nbgrader_config.py", *configs, *sorted((course.source / assignment_id).rglob("*"))]
-    for path in files:
-        if path.is_file() and not {".ipynb_checkpoints", "__pycache__"} & set(path.parts):
-            name = path.relative_to(course.root) if path.is_relative_to(course.root) else path
-            digest.update(f"{name}\0".encode() + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-CONFIG_FILES = ("nbgrader_config.py", "nbgrader_config.json")
-"""The configuration files nbgrader reads from each of Jupyter's configuration folders."""
-
-
-def recorded_cells(db_url: str, assignment_id: str) -> str:
-    """SHA-256 (hex) of what the gradebook at ``db_url`` holds of the assignment's notebooks: each one's kernelspec
-    and its grade, solution, task and source cells as nbgrader's ``SaveCells`` records them (names, points, cell
-    types, locks, sources, checksums); empty when it holds no such assignment, or is an SQLite file not there (it
-    is not created: nbgrader does that, running ``alembic``)."""
-    if db_url.startswith("sqlite:///") and not Path(db_url.removeprefix("sqlite:///")).exists():
-        return ""
-    with Gradebook(db_url) as gradebook:
-        try:
-            notebooks = gradebook.find_assignment(assignment_id).notebooks
-        except MissingEntry:
-            return ""
-        recorded = [
-            [
-                notebook.name,
-                notebook.kernelspec,
-                sorted((c.name, c.max_score, c.cell_type) for c in notebook.grade_cells),
-                sorted(c.name for c in notebook.solution_cells),
-                sorted((c.name, c.max_score, c.cell_type) for c in notebook.task_cells),
-                sorted((c.name, c.cell_type, c.locked, c.source, c.checksum) for c in notebook.source_cells),
-            ]
-            for notebook in sorted(notebooks, key=lambda notebook: notebook.name)
-        ]
-    return hashlib.sha256(json.dumps(recorded).encode()).hexdigest() if recorded else ""
 
 
 def _log_excerpt(log: str, submitted: Path) -> str:

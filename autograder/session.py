@@ -103,15 +103,20 @@ class Session:
         """``nbgrader autograde ASSIGNMENT --student STUDENT --force`` (submitted/ -> autograded/, gradebook)."""
         return self._request({"op": "autograde", "assignment": assignment_id, "student": student_id})
 
-    def generate_feedback(self, assignment_id: str, student_id: str) -> concurrent.futures.Future[Outcome]:
-        """``nbgrader generate_feedback ASSIGNMENT --student STUDENT --force`` (autograded/ -> feedback/)."""
-        return self._request({"op": "generate_feedback", "assignment": assignment_id, "student": student_id})
+    def generate_feedback(
+        self, assignment_id: str, student_id: str, *, reuse: bool = True
+    ) -> concurrent.futures.Future[Outcome]:
+        """``nbgrader generate_feedback ASSIGNMENT --student STUDENT --force`` (autograded/ -> feedback/); with
+        ``reuse``, not asked of nbgrader when an earlier run made the pages from exactly what they would be made
+        from now: those are put back (:func:`autograder.feedback.restore_feedback`)."""
+        request = {"op": "generate_feedback", "assignment": assignment_id, "student": student_id}
+        return self._request(request | {"reuse": reuse})
 
     def export(self, to: Path) -> concurrent.futures.Future[Outcome]:
         """``nbgrader export --to=TO`` with the configured export plugin (``c.ExportApp.plugin_class``)."""
         return self._request({"op": "export", "to": str(to)})
 
-    def _request(self, request: dict[str, str]) -> concurrent.futures.Future[Outcome]:
+    def _request(self, request: dict[str, str | bool]) -> concurrent.futures.Future[Outcome]:
         future: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
         with self._lock:
             if self._ended is not None:
@@ -214,7 +219,8 @@ class Passes:
     ) -> PassesRun:
         """Execute the placed ``submissions`` (:func:`autograder.batch.execute`) and autograde each as soon as
         its notebooks are executed, while the rest execute; generate its feedback right after (with
-        ``feedback``); then, with ``export_to``, export the grades there. Returns once all of it is done.
+        ``feedback``; pages an earlier run made from the same inputs are kept, unless ``no_cache``); then, with
+        ``export_to``, export the grades there. Returns once all of it is done.
 
         ``scheduler``, ``no_cache``, ``progress``: see :func:`autograder.batch.execute`. A submission nbgrader
         cannot grade is left out of autograded/ and said in the log (:data:`PER_SUBMISSION_ERROR`).
@@ -234,7 +240,7 @@ class Passes:
             def then_feedback(done: concurrent.futures.Future[Outcome]) -> None:  # run by the session's reader
                 try:
                     if feeder and done.exception() is None and done.result().success:
-                        generated.append(feeder.generate_feedback(*ids))
+                        generated.append(feeder.generate_feedback(*ids, reuse=not no_cache))
                 finally:
                     followed.release()
 
@@ -271,9 +277,12 @@ def serve(root: str, replies: int) -> None:
     from nbgrader.apps import ExportApp, NbGraderAPI, NbGraderApp
     from nbgrader.utils import temp_attrs
 
+    from .feedback import feedback_key, keep_feedback, restore_feedback
+
     app = NbGraderApp()
     app.initialize([f"--CourseDirectory.root={root}"])  # config files as the nbgrader command loads them
     api = NbGraderAPI(coursedir=app.coursedir, parent=app)
+    course = Course(Path(root))
 
     def export(to: str) -> None:
         exporter = ExportApp(parent=app)
@@ -294,7 +303,13 @@ def serve(root: str, replies: int) -> None:
             elif operation == "autograde":
                 reply = api.autograde(request["assignment"], request["student"], force=True, create=True)
             elif operation == "generate_feedback":
-                reply = api.generate_feedback(request["assignment"], request["student"], force=True)
+                ids = request["assignment"], request["student"]
+                key = feedback_key(course, *ids)
+                if request["reuse"] and restore_feedback(course, *ids, key):
+                    reply = {"success": True, "log": f"[INFO] feedback/{ids[1]}/{ids[0]}: kept pages, same inputs"}
+                else:
+                    reply = api.generate_feedback(*ids, force=True)
+                    keep_feedback(course, *ids, key if reply["success"] else None)
             else:
                 try:
                     export(request["to"])

@@ -18,7 +18,8 @@ from nbgrader.api import Gradebook
 from autograder.build import build
 from autograder.checks import RECORD_MIME_TYPE
 from autograder.course import ROOT, CourseError, grade_id, is_autograder_tests, is_grade, is_solution
-from autograder.grade import NOT_ISOLATED, RELEASES, recorded_cells, update_gradebook
+from autograder.grade import NOT_ISOLATED
+from autograder.releases import RELEASES, recorded_cells, update_gradebook
 from autograder.sandbox import BWRAP_ENV
 from autograder.samples import samples, write_download
 from autograder.session import Session
@@ -149,8 +150,15 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
         hand_grade = gradebook.find_grade(grade_id(manual), assignment_id, assignment_id, "ada")
         hand_grade.manual_score, hand_grade.needs_manual_grade = 1.5, False
         gradebook.db.commit()
+    feedback = course_copy.root / "feedback"
+    pages = {name: feedback / name / assignment_id / f"{assignment_id}.html" for name in ("ada", "dee")}
+    before = {name: (page.read_bytes(), page.stat().st_mtime_ns) for name, page in pages.items()}
     second = write_download(
-        [replace(reference, student_id="ada"), replace(found["unchanged_release"], student_id="eve")],
+        [
+            replace(reference, student_id="ada"),
+            replace(found["unchanged_release"], student_id="eve"),
+            replace(found["wrong_knowledge_q1_list_index_is_view"], student_id="dee"),
+        ],
         tmp_path / "second",
     )
     again = cli("--course", str(course_copy.root), "grade", str(second))
@@ -159,9 +167,15 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
     assert scores == {**reference.expected, grade_id(manual): 1.5}
     written = next(row for row in task_rows(course_copy, "ada") if row["grade_id"] == grade_id(manual))
     assert (written["status"], written["needs_manual_grade"]) == ("graded by hand", "false")
+    # dee handed in the same notebook, graded the same: the first run's feedback page is put back, not made again;
+    # ada's hand grade changed her page, which is made again and shows it.
+    assert (pages["dee"].read_bytes(), pages["dee"].stat().st_mtime_ns) == before["dee"]
+    assert pages["ada"].stat().st_mtime_ns != before["ada"][1]
+    assert "Written response</a> (Score: 1.5 / 2.0)" in pages["ada"].read_text()
+    assert "Written response</a> (Score: 0.0 / 2.0)" in before["ada"][0].decode()
 
     # The class results cover both batches (task_results.csv holds the last one only).
-    assert {row["student_id"] for row in task_rows(course_copy, None)} == {"ada", "eve"}
+    assert {row["student_id"] for row in task_rows(course_copy, None)} == {"ada", "dee", "eve"}
     with (course_copy.root / "task_results_all.csv").open() as handle:
         every = list(csv.DictReader(handle))
     assert {row["student_id"] for row in every} == {"ada", "bea", "cy", "dee", "eve"}
