@@ -72,8 +72,9 @@ IOPUB_TIMEOUT = "Timeout waiting for IOPub output"
 """What nbclient's ``CellTimeoutError`` says when a cell's reply came but not the end of its outputs."""
 
 DROPPED = (
-    "the kernel's outputs stopped arriving: a message over the grader's size limit "
-    "(SandboxedKernelManager.max_message_bytes) is dropped unread, and what the kernel sent right after it is lost"
+    "the kernel's outputs stopped arriving (Execute.iopub_timeout after its reply): a message over the grader's size "
+    "limit (SandboxedKernelManager.max_message_bytes) is dropped unread, and what the kernel sent right after it is "
+    "lost; or the grading machine was too busy to receive them in time"
 )
 """The message of the error output on a cell whose outputs stopped arriving (nbclient's IOPub timeout)."""
 
@@ -136,6 +137,13 @@ class Execute(NbgraderExecute):
     (nbgrader's ``Execute`` passes its own as a keyword, which configuration
     cannot override).
     """
+
+    iopub_timeout = Integer(
+        15,
+        help="Seconds to wait, after a cell's reply, for the rest of its outputs (nbclient's default: 4). On a busy "
+        "machine the outputs of a cell with many check records came later than 4 s and correct cells failed; a cell "
+        "whose message over the size limit was dropped waits this long for outputs that never come.",
+    ).tag(config=True)
 
     max_restarts = Integer(
         3,

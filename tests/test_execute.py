@@ -68,3 +68,23 @@ def test_past_the_notebooks_time_limit_the_remaining_cells_are_not_run():
     assert enames(first) == []
     assert enames(second) == ["KeyboardInterrupt", TIMEOUT], "it gets only the half second left"
     assert enames(third) == [NOT_RUN] and "2 s limit" in third.outputs[0].evalue
+
+
+LATE_OUTPUTS = (
+    "from IPython import get_ipython\n"
+    "kernel = get_ipython().kernel\n"
+    "reply = {'status': 'ok', 'execution_count': 1, 'user_expressions': {}, 'payload': []}\n"
+    "kernel.session.send(kernel.shell_stream, 'execute_reply', reply, kernel.get_parent('shell'),\n"
+    "                    ident=kernel._shell_parent_ident.get())\n"
+    "time.sleep(6)\n"
+    "print('arrived late')"
+)
+"""A cell whose reply reaches the grader 6 s before the rest of its outputs: what a busy grading machine does to a
+cell with many outputs (the grader reads the reply, then has to wait for the rest)."""
+
+
+def test_outputs_that_arrive_seconds_after_the_cells_reply_are_kept():
+    # nbclient's default wait after the reply was 4 s: correct cells then failed with CellTimeoutError under load
+    _, late, after = run(SETUP, LATE_OUTPUTS, SHOW_STATE, timeout=20)
+    assert enames(late) == [] and printed(late) == "arrived late\n"
+    assert printed(after) == "kept\n"
