@@ -702,17 +702,21 @@ def test_early_exit_grads_differentiate_the_layers_that_ran(t04, data, n, k, sta
 # =========================================================================== 05_broadcasting_amp
 
 
-@given(a=shapes, b=shapes, size=st.booleans())
-def test_broadcast_shape_is_torch_broadcast_shapes(t05, a, b, size):
-    a = torch.Size(a) if size else a
+def assert_shape_rule(function, torch_rule, a, b):
+    """``function(a, b)`` is the tuple of ints ``torch_rule(a, b)`` gives, or raises ValueError where it raises."""
     try:
-        expected = tuple(torch.broadcast_shapes(a, b))
+        expected = tuple(torch_rule(a, b))
     except RuntimeError:
         with pytest.raises(ValueError):
-            t05.broadcast_shape(a, b)
+            function(a, b)
         return
-    result = t05.broadcast_shape(a, b)
+    result = function(a, b)
     assert type(result) is tuple and result == expected and all(type(s) is int for s in result)
+
+
+@given(a=shapes, b=shapes, size=st.booleans())
+def test_broadcast_shape_is_torch_broadcast_shapes(t05, a, b, size):
+    assert_shape_rule(t05.broadcast_shape, torch.broadcast_shapes, torch.Size(a) if size else a, b)
 
 
 @given(data=st.data())
@@ -747,15 +751,10 @@ def test_sum_to_shape_is_sum_to_size(t05, data):
 
 @given(a=shapes, b=shapes, size=st.booleans())
 def test_matmul_shape_is_matmul_on_meta(t05, a, b, size):
-    a = torch.Size(a) if size else a
-    try:
-        expected = tuple(torch.matmul(torch.empty(a, device=META), torch.empty(b, device=META)).shape)
-    except RuntimeError:
-        with pytest.raises(ValueError):
-            t05.matmul_shape(a, b)
-        return
-    result = t05.matmul_shape(a, b)
-    assert type(result) is tuple and result == expected and all(type(s) is int for s in result)
+    def on_meta(a, b):
+        return torch.matmul(torch.empty(a, device=META), torch.empty(b, device=META)).shape
+
+    assert_shape_rule(t05.matmul_shape, on_meta, torch.Size(a) if size else a, b)
 
 
 @st.composite
