@@ -31,6 +31,9 @@ not silence a later test. One message larger than
 :attr:`~autograder.sandbox.SandboxedKernelManager.max_message_bytes` is not
 even received (see there).
 
+matplotlib's figures are not drawn (:attr:`Execute.draw_figures`): no test
+grades one, and drawing them cost about a third of the kernels' time.
+
 The whole notebook has :attr:`Execute.notebook_timeout` seconds: a cell may
 run for nbgrader's ``timeout`` or what is left of that, whichever is less,
 and cells after it are not run.

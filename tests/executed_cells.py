@@ -28,11 +28,12 @@ def run_with_executor(
     timeout: int = 2,
     fork: bool = True,
     sandbox: dict | None = None,
+    draw_figures: bool = False,
 ) -> tuple[list[nbformat.NotebookNode], Execute]:
     """Execute one code cell per source (and a markdown cell first) with a ``timeout`` per cell (default 2 s).
 
     Returns the cells after execution, and the executor (its ``breach``, say). ``sandbox``: more settings of
-    the ``SandboxedKernelManager`` (its limits, say).
+    the ``SandboxedKernelManager`` (its limits, say). ``draw_figures``: see :attr:`Execute.draw_figures`.
 
     The kernel starts in the sandbox, in a copy of ``folder`` (default: an empty one). Sources whose
     index is in ``tests`` become nbgrader autograder-tests cells.
@@ -47,6 +48,7 @@ def run_with_executor(
         shutdown_kernel="immediate",
         max_restarts=max_restarts,
         notebook_timeout=notebook_timeout,
+        draw_figures=draw_figures,
         config=Config({"SandboxedKernelManager": {"fork": fork, **(sandbox or {})}}),
     )
     with tempfile.TemporaryDirectory() as empty:

@@ -70,6 +70,23 @@ def test_past_the_notebooks_time_limit_the_remaining_cells_are_not_run():
     assert enames(third) == [NOT_RUN] and "2 s limit" in third.outputs[0].evalue
 
 
+FIGURE = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()"
+
+
+def data_types(cell) -> list[list[str]]:
+    return [sorted(output.get("data", {})) for output in cell.outputs]
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "own sandbox"])
+def test_figures_are_not_drawn_while_grading_also_after_a_restart_unless_asked_for(fork):
+    setup, before, dying, after = run(SETUP, FIGURE, "os._exit(0)", FIGURE, fork=fork)
+    assert enames(dying) == [KERNEL_DIED]
+    assert data_types(before) == data_types(after) == [["text/plain"]]
+    assert before.outputs[0].data["text/plain"].startswith("<Figure size")
+    setup, drawn = run(SETUP, FIGURE, fork=fork, draw_figures=True)
+    assert data_types(drawn) == [["image/png", "text/plain"]]
+
+
 LATE_OUTPUTS = (
     "from IPython import get_ipython\n"
     "kernel = get_ipython().kernel\n"
