@@ -108,7 +108,7 @@ class Session:
     ) -> concurrent.futures.Future[Outcome]:
         """``nbgrader generate_feedback ASSIGNMENT --student STUDENT --force`` (autograded/ -> feedback/); with
         ``reuse``, not asked of nbgrader when an earlier run made the pages from exactly what they would be made
-        from now: those are put back (:func:`autograder.feedback.restore_feedback`)."""
+        from now: those are put back (:func:`autograder.feedbackstore.restore_feedback`)."""
         request = {"op": "generate_feedback", "assignment": assignment_id, "student": student_id}
         return self._request(request | {"reuse": reuse})
 
@@ -277,7 +277,7 @@ def serve(root: str, replies: int) -> None:
     from nbgrader.apps import ExportApp, NbGraderAPI, NbGraderApp
     from nbgrader.utils import temp_attrs
 
-    from .feedback import feedback_key, keep_feedback, restore_feedback
+    from .feedbackstore import feedback_key, keep_feedback, restore_feedback
 
     app = NbGraderApp()
     app.initialize([f"--CourseDirectory.root={root}"])  # config files as the nbgrader command loads them

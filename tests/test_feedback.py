@@ -4,9 +4,10 @@ import copy
 
 import nbformat
 import pytest
+from nbconvert.exporters import HTMLExporter
 
 from autograder.checks import RECORD_MIME_TYPE
-from autograder.feedback import REDACTED, HideHiddenTests, secrets, visible_source
+from autograder.feedback import REDACTED, CompiledTemplates, FeedbackExporter, HideHiddenTests, secrets, visible_source
 
 SOURCE = """check_equal(f(1), 2, label="f(1)")
 
@@ -117,3 +118,21 @@ def test_any_output_carrying_a_hidden_line_or_expected_values_is_removed(printed
 def test_an_output_without_secrets_is_kept():
     kept = [nbformat.v4.new_output("stream", name="stdout", text="41, and the first three values: 0.25 -1.5 3.125\n")]
     assert redacting(copy.deepcopy(kept)) == kept
+
+
+
+def test_feedback_pages_reuse_compiled_templates_and_stay_the_same(monkeypatch):
+    """A second exporter (nbgrader makes one per submission) compiles no template the first compiled (Jinja stores
+    a template in the cache only when it compiled it); its page is the one a plain HTMLExporter renders."""
+    compiled = CompiledTemplates()
+    monkeypatch.setattr("autograder.feedback.COMPILED_TEMPLATES", compiled)
+    stored = []
+    monkeypatch.setattr(compiled, "dump_bytecode", lambda bucket: stored.append(bucket.key) or dump(compiled, bucket))
+    dump = CompiledTemplates.dump_bytecode
+    page = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# page"), nbformat.v4.new_code_cell("1 + 1")])
+    first, _ = FeedbackExporter(template_name="lab").from_notebook_node(page)
+    compiled_first = len(stored)
+    second, _ = FeedbackExporter(template_name="lab").from_notebook_node(page)
+    plain, _ = HTMLExporter(template_name="lab").from_notebook_node(page)
+    assert compiled_first > 1 and len(stored) == compiled_first
+    assert first == second == plain

@@ -181,7 +181,7 @@ def test_the_grader_reads_the_record_type_of_checks_py_without_importing_torch()
     """The command, the batch's workers and the nbgrader sessions (the course's preprocessors) know checks.py's
     record MIME type, and none of them imports torch for it (about 1.5 s of CPU a process)."""
     modules = "autograder.cli, autograder.grade, autograder.session, autograder.batch, autograder.demo, nbgrader.apps"
-    preprocessors = "autograder.execute, autograder.verdict, autograder.feedback, autograder.handgrades"
+    preprocessors = "autograder.execute, autograder.verdict, autograder.feedback, autograder.feedbackstore, autograder.handgrades"
     code = f"import sys, {modules}, {preprocessors}; print(autograder.verdict.RECORD_MIME_TYPE, 'torch' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert shown.split() == [checks.RECORD_MIME_TYPE, "False"]
