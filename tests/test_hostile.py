@@ -5,10 +5,14 @@ Escapes really work where stock nbgrader runs kernels (in the course directory),
 """
 
 import copy
+import multiprocessing
 import shutil
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 
 import pytest
 
+from autograder.batch import default_workers
 from autograder.build import execute_notebook
 from autograder.course import CHECKS_MODULE, ROOT, Course, grade_id
 from autograder.execute import Execute
@@ -23,11 +27,27 @@ def test_there_are_hostile_fixtures():
     assert len(HOSTILE) >= 5
 
 
-@pytest.mark.parametrize("sample", HOSTILE, ids=[f"{s.assignment_id}/{s.student_id}" for s in HOSTILE])
-def test_the_trick_hides_every_failure_from_the_kernel(sample, tmp_path):
-    shutil.copy(CHECKS_MODULE, tmp_path / "checks.py")
-    executed = execute_notebook(sample.notebook, cwd=tmp_path, env={"COURSE_DEVICE": "cpu"})
-    assert failing(executed, sample) == {}
+@pytest.fixture(scope="module")
+def executed_plainly(tmp_path_factory) -> Iterator[dict[str, Future]]:
+    """Every hostile sample executed in a plain kernel (no sandbox, no verdict) in a folder of its own with
+    checks.py, as many at a time as the grader runs (:func:`autograder.batch.default_workers`): ``{id: future}``."""
+    pool = ProcessPoolExecutor(default_workers(), mp_context=multiprocessing.get_context("spawn"))
+    futures = {}
+    for sample in HOSTILE:
+        folder = tmp_path_factory.mktemp("hostile")
+        shutil.copy(CHECKS_MODULE, folder / "checks.py")
+        futures[sample_id(sample)] = pool.submit(execute_notebook, sample.notebook, cwd=folder, env={"COURSE_DEVICE": "cpu"})
+    yield futures
+    pool.shutdown(cancel_futures=True)
+
+
+def sample_id(sample) -> str:
+    return f"{sample.assignment_id}/{sample.student_id}"
+
+
+@pytest.mark.parametrize("sample", HOSTILE, ids=[sample_id(s) for s in HOSTILE])
+def test_the_trick_hides_every_failure_from_the_kernel(sample, executed_plainly):
+    assert failing(executed_plainly[sample_id(sample)].result(), sample) == {}
 
 
 def failing(executed, sample) -> dict[str, list[str]]:
@@ -41,7 +61,7 @@ def failing(executed, sample) -> dict[str, list[str]]:
     return {name: names for name, names in errors.items() if names}
 
 
-@pytest.mark.parametrize("sample", ESCAPES, ids=[f"{s.assignment_id}/{s.student_id}" for s in ESCAPES])
+@pytest.mark.parametrize("sample", ESCAPES, ids=[sample_id(s) for s in ESCAPES])
 def test_the_escape_works_in_the_course_directory_and_fails_in_the_sandbox(sample, course_copy):
     """In the course directory (as stock nbgrader runs kernels) it earns its cells; in the sandbox it does not."""
     folder = course_copy.root / "autograded" / "escaper" / sample.assignment_id
