@@ -13,7 +13,7 @@ import os
 import shutil
 import sysconfig
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,12 +27,13 @@ from .course import (
     Course,
     CourseError,
     cell_number,
-    generate_assignment,
     raises_on_purpose,
     read_notebook,
     strip_markers,
 )
+from .releases import generate_release
 from .sandbox import SandboxedKernelManager
+from .session import Session
 
 NBVAL_RAISES = "NBVAL_RAISES_EXCEPTION"
 NBVAL_IGNORE = "NBVAL_IGNORE_OUTPUT"
@@ -65,14 +66,16 @@ def build(course: Course, *, assignment_ids: list[str] | None = None) -> list[Pa
             raise in one so tagged, or wrote to stderr; an id is not an assignment of the course.
     """
     written = []
-    for assignment_id in course.chosen(assignment_ids):
-        # nbgrader deletes the release folder of an assignment it fails on: generate beside it (first: it is
-        # quick), execute the reference, and only when both succeeded put them in place.
-        with tempfile.TemporaryDirectory(prefix=".build-", dir=course.root) as scratch:
-            fresh = generate_release(course, assignment_id, destination=Path(scratch))
-            reference = executed_reference(course, assignment_id)
-            written.append(replace_folder(fresh, course.release / assignment_id))
-        written.append(write_reference(course, assignment_id, reference))
+    chosen = course.chosen(assignment_ids)
+    with release_generator(course) as generate:
+        for assignment_id in chosen:
+            # nbgrader deletes the release folder of an assignment it fails on: generate beside it (first: it is
+            # quick), execute the reference, and only when both succeeded put them in place.
+            with tempfile.TemporaryDirectory(prefix=".build-", dir=course.root) as scratch:
+                fresh = generate(assignment_id, Path(scratch))
+                reference = executed_reference(course, assignment_id)
+                written.append(replace_folder(fresh, course.release / assignment_id))
+            written.append(write_reference(course, assignment_id, reference))
     return written
 
 
@@ -109,11 +112,19 @@ def replace_folder(new: Path, old: Path) -> Path:
     return old
 
 
-def generate_release(course: Course, assignment_id: str, *, destination: Path) -> Path:
-    """Generate ``destination/<id>/`` with nbgrader and a throwaway gradebook (the course gradebook is not touched)."""
-    with tempfile.TemporaryDirectory(prefix="nbgrader-db-") as scratch:
+@contextmanager
+def release_generator(course: Course) -> Iterator[Callable[[str, Path], Path]]:
+    """While entered, ``generate(assignment_id, destination)`` makes ``destination/<id>/`` from source/ by nbgrader's
+    generate_assignment and returns it (:func:`autograder.releases.generate_release`; raises CourseError where
+    nbgrader refuses, its log quoted).
+
+    Every request goes to one nbgrader process (:class:`autograder.session.Session`: nbgrader starts once, not once
+    per assignment) and is recorded in one throwaway gradebook, so nbgrader creates a gradebook (runs ``alembic``)
+    once; it keeps the assignments apart there. The course's gradebook is not touched.
+    """
+    with Session(course) as nbgrader, tempfile.TemporaryDirectory(prefix="nbgrader-db-") as scratch:
         db_url = f"sqlite:///{Path(scratch) / 'gradebook.db'}"
-        return generate_assignment(course, assignment_id, release_dir=destination, db_url=db_url)
+        yield lambda assignment_id, destination: generate_release(course, assignment_id, destination, db_url, nbgrader)
 
 
 def reference_cells(course: Course, assignment_id: str) -> nbformat.NotebookNode:

@@ -30,7 +30,7 @@ import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 
 from . import checks
-from .build import NBVAL_RAISES, generate_release, marked, reference_cells
+from .build import NBVAL_RAISES, marked, reference_cells, release_generator
 from .checks import RECORD_VERSION
 from .course import (
     CHECKS_MODULE,
@@ -58,23 +58,26 @@ from .verdict import cell_records
 def check(course: Course, *, assignment_ids: list[str] | None = None) -> list[str]:
     """Return the findings for the given assignments of ``course`` (default: all; empty when all is well).
 
-    The source notebook's own findings come first, before nbgrader runs on it.
+    The source notebook's own findings come first, before nbgrader runs on it. One nbgrader process generates
+    every assignment's release, into one throwaway gradebook (:func:`autograder.build.release_generator`).
 
     Raises:
         CourseError: an id is not an assignment of the course.
     """
     findings = []
-    for assignment_id in course.chosen(assignment_ids):
-        source = read_notebook(course.source_notebook(assignment_id))
-        findings += [f"source/{assignment_id}: {f}" for f in source_findings(source)]
-        with tempfile.TemporaryDirectory(prefix="release-check-") as scratch:
-            try:
-                fresh, fix = generate_release(course, assignment_id, destination=Path(scratch)), RUN_BUILD
-            except CourseError as error:  # the cause is quoted; the source findings above name it too, mostly
-                findings.append(f"release/{assignment_id}: not compared: {error}")
-                fresh, fix = None, BUILD_REFUSES
-            findings += release_findings(course, assignment_id, source, fresh=fresh, fix=fix)
-        findings += reference_findings(course, assignment_id, fix=fix)
+    chosen = course.chosen(assignment_ids)
+    with release_generator(course) as generate:
+        for assignment_id in chosen:
+            source = read_notebook(course.source_notebook(assignment_id))
+            findings += [f"source/{assignment_id}: {f}" for f in source_findings(source)]
+            with tempfile.TemporaryDirectory(prefix="release-check-") as scratch:
+                try:
+                    fresh, fix = generate(assignment_id, Path(scratch)), RUN_BUILD
+                except CourseError as error:  # the cause is quoted; the source findings above name it too, mostly
+                    findings.append(f"release/{assignment_id}: not compared: {error}")
+                    fresh, fix = None, BUILD_REFUSES
+                findings += release_findings(course, assignment_id, source, fresh=fresh, fix=fix)
+            findings += reference_findings(course, assignment_id, fix=fix)
     return findings
 
 

@@ -5,6 +5,7 @@ against) and makes the release notebook submissions are normalised to. It costs 
 1.5 s of CPU as a request to a running nbgrader (:mod:`autograder.session`). :func:`update_gradebook` keeps what
 it generated in :data:`RELEASES`, named by :func:`source_key` (what generate_assignment reads), with
 :func:`recorded_cells` (what it then recorded in the gradebook), and generates again only when either changed.
+:func:`generate_release` (command or request) is also how stages ``build`` and ``check`` generate release/.
 """
 
 from __future__ import annotations
@@ -47,32 +48,38 @@ def update_gradebook(
     """
     if db_url is not None:
         with tempfile.TemporaryDirectory(prefix="release-") as scratch:
-            return read_notebook(_generated(course, assignment_id, Path(scratch), db_url, nbgrader))
+            folder = generate_release(course, assignment_id, Path(scratch), db_url, nbgrader)
+            return read_notebook(folder / f"{assignment_id}.ipynb")
     kept = course.root / RELEASES / f"{assignment_id}-{source_key(course, assignment_id)}.ipynb"
     digest = kept.with_suffix(".gradebook")
     if kept.exists() and digest.exists() and digest.read_text() == recorded_cells(course.db_url, assignment_id):
         return read_notebook(kept)
     with tempfile.TemporaryDirectory(prefix="release-") as scratch:
-        generated = _generated(course, assignment_id, Path(scratch), course.db_url, nbgrader)
+        folder = generate_release(course, assignment_id, Path(scratch), course.db_url, nbgrader)
+        generated = folder / f"{assignment_id}.ipynb"
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(generated, kept)
         digest.write_text(recorded_cells(course.db_url, assignment_id))
         return read_notebook(kept)
 
 
-def _generated(
-    course: Course, assignment_id: str, scratch: Path, db_url: str, nbgrader: session.Session | None
+def generate_release(
+    course: Course, assignment_id: str, release_dir: Path, db_url: str, nbgrader: session.Session | None
 ) -> Path:
-    """The release notebook generated into ``scratch/<id>/`` (see :func:`update_gradebook`)."""
+    """Generate ``release_dir/<id>/`` from source/, recorded in the gradebook at ``db_url``: by a request to the
+    ``nbgrader`` session where one is given (no nbgrader start-up), else by the ``nbgrader generate_assignment``
+    command. Returns the assignment folder written.
+
+    Raises:
+        CourseError: nbgrader refused (its log is quoted), or the session's nbgrader ended.
+    """
     if nbgrader is None:
-        folder = generate_assignment(course, assignment_id, release_dir=scratch, db_url=db_url)
-    else:
-        folder = scratch / assignment_id
-        outcome = nbgrader.generate_assignment(assignment_id, release_dir=scratch, db_url=db_url).result()
-        if not outcome.success:
-            quoted = nbgrader_errors(outcome.log + outcome.error) or outcome.tail().splitlines()
-            raise CourseError(f"nbgrader generate_assignment {assignment_id} failed:\n  " + "\n  ".join(quoted))
-    return folder / f"{assignment_id}.ipynb"
+        return generate_assignment(course, assignment_id, release_dir=release_dir, db_url=db_url)
+    outcome = nbgrader.generate_assignment(assignment_id, release_dir=release_dir, db_url=db_url).result()
+    if not outcome.success:
+        quoted = nbgrader_errors(outcome.log + outcome.error) or outcome.tail().splitlines()
+        raise CourseError(f"nbgrader generate_assignment {assignment_id} failed:\n  " + "\n  ".join(quoted))
+    return release_dir / assignment_id
 
 
 def source_key(course: Course, assignment_id: str) -> str:

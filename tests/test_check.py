@@ -110,7 +110,7 @@ def test_check_passes_on_the_course_and_fails_on_a_planted_solution_line(course_
     stub["source"] = "".join(stub["source"]).replace("raise NotImplementedError()", solution_line)
     path.write_text(json.dumps(planted, indent=1))
 
-    failed = cli("--course", str(course_copy.root), "check")
+    failed = cli("--course", str(course_copy.root), "check", assignment_id)  # the assignment planted in
     assert failed.returncode == 1
     assert f"holds solution code: {solution_line!r}" in failed.stdout
     assert "is stale" in failed.stdout
