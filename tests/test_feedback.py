@@ -120,19 +120,27 @@ def test_an_output_without_secrets_is_kept():
     assert redacting(copy.deepcopy(kept)) == kept
 
 
+class CountedTemplates(CompiledTemplates):
+    """The cache, counting the templates stored in it: Jinja stores one only after compiling it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stored: list[str] = []
+
+    def dump_bytecode(self, bucket) -> None:
+        self.stored.append(bucket.key)
+        super().dump_bytecode(bucket)
+
 
 def test_feedback_pages_reuse_compiled_templates_and_stay_the_same(monkeypatch):
-    """A second exporter (nbgrader makes one per submission) compiles no template the first compiled (Jinja stores
-    a template in the cache only when it compiled it); its page is the one a plain HTMLExporter renders."""
-    compiled = CompiledTemplates()
+    """A second exporter (nbgrader makes one per submission) compiles no template the first compiled; its page is
+    the one a plain HTMLExporter renders."""
+    compiled = CountedTemplates()
     monkeypatch.setattr("autograder.feedback.COMPILED_TEMPLATES", compiled)
-    stored = []
-    monkeypatch.setattr(compiled, "dump_bytecode", lambda bucket: stored.append(bucket.key) or dump(compiled, bucket))
-    dump = CompiledTemplates.dump_bytecode
     page = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# page"), nbformat.v4.new_code_cell("1 + 1")])
     first, _ = FeedbackExporter(template_name="lab").from_notebook_node(page)
-    compiled_first = len(stored)
+    compiled_first = len(compiled.stored)
     second, _ = FeedbackExporter(template_name="lab").from_notebook_node(page)
     plain, _ = HTMLExporter(template_name="lab").from_notebook_node(page)
-    assert compiled_first > 1 and len(stored) == compiled_first
+    assert compiled_first > 1 and len(compiled.stored) == compiled_first
     assert first == second == plain

@@ -36,7 +36,8 @@ def executed_plainly(tmp_path_factory) -> Iterator[dict[str, Future]]:
     for sample in HOSTILE:
         folder = tmp_path_factory.mktemp("hostile")
         shutil.copy(CHECKS_MODULE, folder / "checks.py")
-        futures[sample_id(sample)] = pool.submit(execute_notebook, sample.notebook, cwd=folder, env={"COURSE_DEVICE": "cpu"})
+        env = {"COURSE_DEVICE": "cpu"}
+        futures[sample_id(sample)] = pool.submit(execute_notebook, sample.notebook, cwd=folder, env=env)
     yield futures
     pool.shutdown(cancel_futures=True)
 
