@@ -13,6 +13,24 @@ from autograder.course import ROOT, Course
 from grader_memory import PeakMemory
 
 
+SHARED_RUN = "every_sample_graded"
+"""The fixture of the one ``demo --all`` run of a test session (the longest part of it)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the tests that read :func:`every_sample_graded` first (tests/run_tests.sh runs files in parallel,
+    pytest-xdist's ``--dist loadfile --no-loadscope-reorder``, each file on one worker in this order), so that
+    the longest job starts at once, beside the rest.
+
+    Raises:
+        pytest.UsageError: they are in more than one file (each file's worker would run the demo again).
+    """
+    readers = {item.nodeid.split("::")[0] for item in items if SHARED_RUN in getattr(item, "fixturenames", ())}
+    if len(readers) > 1:
+        raise pytest.UsageError(f"the tests that use {SHARED_RUN} must be in one file, not {sorted(readers)}")
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in readers)
+
+
 @pytest.fixture
 def course_copy(tmp_path) -> Course:
     """A scratch copy of the course directory (config, source/, release/, notebooks/; links followed)."""
@@ -62,7 +80,7 @@ class EverySampleGraded:
 def every_sample_graded(tmp_path_factory) -> Iterator[EverySampleGraded]:
     """Every sample submission of every assignment graded through the real pipeline (nbgrader, sandbox) by
     ``demo --all`` as a user runs it, once for the whole test session: the tests that only read what it graded
-    (test_grading's expected grades, test_hostile_grading's hostile samples of 01_tensors) share it, so no sample
+    (tests/test_samples_graded.py: expected grades, the hostile samples of 01_tensors) share it, so no sample
     is executed and graded twice. The demo keeps its scratch course (in this fixture's folder: TMPDIR)."""
     folder = tmp_path_factory.mktemp("demo-all")
     course = copied_course(folder / "course")

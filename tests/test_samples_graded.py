@@ -1,16 +1,19 @@
-"""Hostile submissions of 01_tensors graded through the real pipeline: self-scorers earn exactly what the verdict
-gives, malformed files are each one student's invalid notebook, leaks of the hidden tests reach no feedback page,
-students' markup reaches it only as text, output floods keep within the output limits and the grader's processes
-within the memory bound README states, and an execution whose kernel breached its isolation is not stored for reuse.
+"""Every sample submission graded through the real pipeline once, by ``demo --all`` (conftest's
+``every_sample_graded``, one run for the session: none is graded twice; tests/run_tests.sh runs this file first,
+on one pytest-xdist worker): each gets its expected grade, in grades.csv, task_results.csv and a feedback page.
 
-The samples are those ``demo --all`` grades with every other (conftest's ``every_sample_graded``, one run for the
-session: none is graded twice); their results are read back from its gradebook as ``report`` reads them. The
-malformed files, which are no samples, are graded in a batch of their own beside the reference.
+The hostile samples of 01_tensors, read back from its gradebook as ``report`` reads them: self-scorers earn exactly
+what the verdict gives, malformed files are each one student's invalid notebook, leaks of the hidden tests reach no
+feedback page, students' markup reaches it only as text, output floods keep within the output limits and the
+grader's processes within the memory bound README states, and an execution whose kernel breached its isolation is
+not stored for reuse. The malformed files, which are no samples, are graded in a batch of their own beside the
+reference.
 
 The stored executions (``executed/``, the kernel's outputs before the verdict) show that each trick works
 on stock nbgrader: scored by ``determine_grade`` as they came from the kernel, they earn points they must not.
 """
 
+import csv
 import functools
 import html
 import os
@@ -91,6 +94,26 @@ def malformed_graded(every_sample_graded, tmp_path_factory):
     grading = grade(course, download)
     assert grading.batch.executed == 0
     return {result.student_id: result for result in grading.results}
+
+
+def test_every_sample_submission_gets_its_expected_grade(every_sample_graded):
+    process, course = every_sample_graded.process, every_sample_graded.course
+    assert process.returncode == 0, process.stdout + process.stderr
+    assert "MISMATCH" not in process.stdout and "all sample submissions got their expected grades" in process.stdout
+    expected = {(s.student_id, s.assignment_id) for a in course.assignment_ids() for s in samples(course, a)}
+    table = process.stdout.split("\n\n")[0].splitlines()
+    graded = {tuple(line.split()[:2]) for line in table[2:]}
+    assert graded == expected
+    where = re.search(r"graded in a scratch course: grades (\S+), per task (\S+), feedback (\S+)/", process.stdout)
+    grades_csv, task_results_csv, feedback = map(Path, where.groups())
+    assert grades_csv.parent == task_results_csv.parent == feedback.parent == every_sample_graded.graded.root
+    with grades_csv.open() as handle:  # nbgrader's export: every student of the gradebook x every assignment
+        assert {row["student_id"] for row in csv.DictReader(handle)} == {student for student, _ in expected}
+    with task_results_csv.open() as handle:
+        assert {(row["student_id"], row["assignment"]) for row in csv.DictReader(handle)} == expected
+    assert {(page.parts[-3], page.parts[-2]) for page in feedback.glob("*/*/*.html")} == expected
+    wrong = [s for s in expected if s[0].startswith("wrong_")]
+    assert len(wrong) >= 4 * len(course.assignment_ids())
 
 
 def test_there_are_self_scorers():
