@@ -4,6 +4,7 @@ import copy
 
 import nbformat
 import pytest
+from bs4 import BeautifulSoup
 from nbconvert.exporters import HTMLExporter
 
 from autograder.checks import RECORD_MIME_TYPE
@@ -144,3 +145,19 @@ def test_feedback_pages_reuse_compiled_templates_and_stay_the_same(monkeypatch):
     plain, _ = HTMLExporter(template_name="lab").from_notebook_node(page)
     assert compiled_first > 1 and len(compiled.stored) == compiled_first
     assert first == second == plain
+
+
+def test_a_page_with_nothing_to_make_accessible_skips_the_last_pass_and_reads_as_the_same_document():
+    """nbgrader's feedback template is nbconvert's classic one: a page without images is written as its template
+    rendered it, which BeautifulSoup reads as the page HTMLExporter makes; a page with an image is that page."""
+    text = nbformat.v4.new_output("stream", name="stdout", text="x's <values>\n")
+    cells = [nbformat.v4.new_markdown_cell("# page<br>it's"), nbformat.v4.new_code_cell("print(1)", outputs=[text])]
+    page = nbformat.v4.new_notebook(cells=cells)
+    ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(page)
+    stock, _ = HTMLExporter(template_name="classic").from_notebook_node(page)
+    assert ours != stock and str(BeautifulSoup(ours, features="html.parser")) == stock
+    picture = nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})
+    page.cells[1].outputs.append(picture)
+    ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(page)
+    stock, _ = HTMLExporter(template_name="classic").from_notebook_node(page)
+    assert ours == stock and 'alt="No description has been provided for this image"' in ours

@@ -3,6 +3,7 @@
 import copy
 import csv
 import filecmp
+import html
 import json
 import math
 import os
@@ -120,9 +121,9 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
     assert {row["submission_status"] for row in task_rows(course_copy, "cy")} == {"repaired"}
     assert (course_copy.root / "feedback" / "ada" / assignment_id / f"{assignment_id}.html").exists()
     # dee's wrong quiz answer fails a hidden test: the feedback names it, without the answer key or test code.
-    page = (course_copy.root / "feedback" / "dee" / assignment_id / f"{assignment_id}.html").read_text()
+    page = html.unescape((course_copy.root / "feedback" / "dee" / assignment_id / f"{assignment_id}.html").read_text())
     assert "A hidden test failed: answer_q1" in page
-    assert "BEGIN HIDDEN TESTS" not in page and "expected &#x27;" not in page and str(course_copy.root) not in page
+    assert "BEGIN HIDDEN TESTS" not in page and "expected '" not in page and str(course_copy.root) not in page
 
     # An instructor grades the written answer in formgrader (its PUT /formgrader/api/grade/<id> sets these two);
     # a second, smaller batch re-grades ada's same submission, which keeps that grade, graded by hand.
