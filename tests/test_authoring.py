@@ -2,7 +2,7 @@
 the sample answers and the commands are read from the guide itself.
 
 The copy's tests/submissions/01_tensors.toml holds the example's sample answers only (the course's own are
-graded by tests/test_grading.py), so that ``demo --all 01_tensors`` grades seven notebooks, not forty.
+graded by tests/test_samples_graded.py), so that ``demo --all 01_tensors`` grades seven notebooks, not forty.
 """
 
 import json

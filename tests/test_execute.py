@@ -2,7 +2,7 @@
 
 Real kernels, a two-second cell timeout. That these statuses reach the
 gradebook and task_results.csv is checked on the kernel-stopper samples with
-every other sample, in test_grading.
+every other sample, in test_samples_graded.
 """
 
 import pytest

@@ -1,7 +1,7 @@
 """Hostile fixtures really fool the kernel: executed without the verdict, the cells they must lose show no error.
 Escapes really work where stock nbgrader runs kernels (in the course directory), and fail in the sandbox.
 
-(That the real pipeline scores those cells 0 is checked with every other sample, in test_grading.)
+(That the real pipeline scores those cells 0 is checked with every other sample, in test_samples_graded.)
 """
 
 import copy
