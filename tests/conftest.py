@@ -17,7 +17,7 @@ SHARED_RUN = "every_sample_graded"
 """The fixture of the one ``demo --all`` run of a test session (the longest part of it)."""
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the tests that read :func:`every_sample_graded` first (tests/run_tests.sh runs files in parallel,
     pytest-xdist's ``--dist loadfile --no-loadscope-reorder``, each file on one worker in this order), so that
     the longest job starts at once, beside the rest.
@@ -25,10 +25,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Raises:
         pytest.UsageError: they are in more than one file (each file's worker would run the demo again).
     """
-    readers = {item.nodeid.split("::")[0] for item in items if SHARED_RUN in getattr(item, "fixturenames", ())}
+    readers = {item.path for item in items if SHARED_RUN in getattr(item, "fixturenames", ())}
     if len(readers) > 1:
-        raise pytest.UsageError(f"the tests that use {SHARED_RUN} must be in one file, not {sorted(readers)}")
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in readers)
+        raise pytest.UsageError(f"the tests that use {SHARED_RUN} must be in one file, not {sorted(map(str, readers))}")
+    items.sort(key=lambda item: item.path not in readers)
 
 
 @pytest.fixture
