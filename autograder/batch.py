@@ -21,7 +21,14 @@ The reference solution's check records (:mod:`autograder.verdict`) are
 computed in the same batch, in a local process, and stored the same way;
 the reference's kernel runs in the same sandbox as the students' (forked
 from the preloaded server, so it starts as fast), unless the batch runs
-without isolation.
+without isolation. A :class:`Batch` starts an assignment's reference run as
+soon as it is asked for (``grade`` asks while it reads the download), so the
+reference runs overlap the intake.
+
+The workers run one kernel each, one per CPU, each kernel on one thread
+(:data:`KERNEL_THREADS`); while the running kernels leave CPUs idle (one
+sleeps through its timeout), a second pool runs one job more at a time
+(:class:`Occupancy`).
 
 A job that fails (its kernel cannot start, a worker is lost) is reported
 and left to nbgrader, which executes that notebook itself. So is a job whose
@@ -36,17 +43,20 @@ again.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import nbformat
+import psutil
 from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec
 from tqdm import tqdm
 from traitlets.config import Config, PyFileConfigLoader
@@ -93,6 +103,219 @@ class BatchRun:
     those again itself)."""
 
 
+class Batch:
+    """The batch's local worker processes for one grading run (a context manager; leaving it ends them).
+
+    :meth:`reference` starts an assignment's reference run as soon as the run knows the assignment (while the
+    download is still read and placed); :meth:`execute` executes the placed submissions. ``workers`` worker
+    processes run jobs at once (default :func:`default_workers`, one per CPU); without an explicit ``workers``,
+    one more at a time (up to :func:`most_workers`) while the machine's CPUs stay idle beside them
+    (:class:`Occupancy`: kernels sleeping through a timeout, waiting, stopped). ``isolated``, ``no_cache``: see
+    :func:`execute`.
+    """
+
+    def __init__(self, course: Course, *, isolated: bool, workers: int | None = None, no_cache: bool = False) -> None:
+        self.course, self.isolated, self.no_cache = course, isolated, no_cache
+        self.workers = workers or default_workers()
+        self.most = self.workers if workers else max(self.workers, most_workers())
+        self._references: dict[str, concurrent.futures.Future | None] = {}  # None: stored, or not started yet
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Batch:
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no event loop or threads inherited
+        options = {"mp_context": context, "initializer": start_worker, "initargs": (os.getpid(),)}
+        # The first pool runs ``workers`` jobs; the second, started only when CPUs stay idle, the jobs beside them.
+        self._pools = [concurrent.futures.ProcessPoolExecutor(self.workers, **options)]
+        if self.most > self.workers:
+            self._pools.append(concurrent.futures.ProcessPoolExecutor(self.most - self.workers, **options))
+        for pool in self._pools:
+            self._stack.enter_context(pool)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if error is not None:
+            for pool in self._pools:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self._stack.__exit__(kind, error, traceback)
+
+    def reference(self, assignment_id: str) -> None:
+        """Start executing the assignment's reference solution for its check records (:mod:`autograder.verdict`)
+        unless they are stored (with ``no_cache`` they are discarded first) or it has started. Returns at once."""
+        if assignment_id in self._references:
+            return
+        stored = verdict.stored_reference(self.course, assignment_id)
+        if self.no_cache:
+            stored.unlink(missing_ok=True)
+        started = None
+        if not stored.exists():  # the first pool runs ``workers`` at once and queues the others
+            started = self._pools[0].submit(_reference_json, str(self.course.root), assignment_id, self.isolated)
+        self._references[assignment_id] = started
+
+    def execute(
+        self,
+        submissions: list[Submission],
+        *,
+        scheduler: str | None = None,
+        progress: Callable[[str], None] = lambda line: None,
+        ready: Callable[[Submission], None] = lambda submission: None,
+    ) -> BatchRun:
+        """Execute the notebooks of ``submissions`` (placed in submitted/) and store them for nbgrader autograde.
+
+        ``ready`` is called (in this thread) with each submission as soon as its notebooks and its assignment's
+        reference run are stored or have failed here, so that nbgrader can take it while others still execute.
+
+        ``scheduler``: the address of a Dask distributed scheduler (``tcp://host:port``), whose workers then
+        execute the students' notebooks (they need this repository and its environment); ``progress`` gets a
+        line for notebooks found already executed and for each job that fails or breaches its isolation. A
+        progress bar (counts, time left) is shown on stderr while the notebooks execute, when stderr is a
+        terminal.
+
+        Raises:
+            OSError: ``executed/`` cannot be written.
+            ValueError, OSError: no Dask scheduler at ``scheduler`` (from ``distributed``).
+        """
+        course = self.course
+        config = job_config(course, isolated=self.isolated)
+        settings = Execute(config=Config(config)).settings()
+        store = course.root / STORE
+        store.mkdir(exist_ok=True)
+        jobs_by_submission = [jobs_of(course, submission, config, settings) for submission in submissions]
+        jobs = [job for found in jobs_by_submission for job in found]
+        if self.no_cache:
+            for path in [stored_path(course.root, job.key) for job in jobs]:
+                path.unlink(missing_ok=True)
+        for assignment_id in sorted({submission.assignment_id for submission in submissions}):
+            self.reference(assignment_id)
+        done_before = {job.key for job in jobs if stored_path(course.root, job.key).exists()}
+        # Identical notebooks (same cells, files, settings: two students handing in the release) run once.
+        todo = list({job.key: job for job in jobs if job.key not in done_before}.values())
+        # The references started and not yet collected (by an earlier call) run beside the students' notebooks.
+        references = {a: future for a, future in self._references.items() if future is not None}
+        self._references.update(dict.fromkeys(references))
+        stored = sum(job.key in done_before for job in jobs)
+        if stored:
+            progress(f"{stored} notebook(s) already executed by an earlier run: kept")
+        waiting = []  # (submission, what it waits for: its notebooks' keys and its reference, not yet stored)
+        for submission, found in zip(submissions, jobs_by_submission):
+            keys = {job.key for job in found if job.key not in done_before}
+            waiting.append((submission, keys | ({submission.assignment_id} & references.keys())))
+        run = BatchRun(executed=0, stored=stored, failed=[], breached=[])
+
+        def finished(name: str) -> None:
+            for submission, pending in waiting:
+                if name in pending:
+                    pending.discard(name)
+                    if not pending:
+                        ready(submission)
+
+        for submission, pending in waiting:
+            if not pending:
+                ready(submission)
+        futures: dict[concurrent.futures.Future, tuple[str, Path, str]] = {
+            future: (f"reference of {a}", verdict.stored_reference(course, a), a) for a, future in references.items()
+        }
+        with contextlib.ExitStack() as stack:
+            queue = todo
+            if scheduler is not None:  # the cluster schedules the students' notebooks itself
+                from distributed import Client
+
+                remote = stack.enter_context(Client(scheduler, timeout="30s")).get_executor()
+                for job in todo:
+                    futures[remote.submit(run_job, job)] = (job.label, stored_path(course.root, job.key), job.key)
+                queue = []
+            total = len(futures) + len(queue)
+            bar = stack.enter_context(
+                tqdm(total=total, desc="executing", unit="notebook", file=sys.stderr, disable=None)
+            )
+            self._dispatch(queue, futures, lambda future, what: self._collect(future, what, run, progress, finished, bar))
+        return run
+
+    def _dispatch(
+        self,
+        queue: list[Job],
+        futures: dict[concurrent.futures.Future, tuple[str, Path, str]],
+        collect: Callable[[concurrent.futures.Future, tuple[str, Path, str]], None],
+    ) -> None:
+        """Execute the ``queue``'s jobs in the local pools, as many at once as each pool is allowed (the first
+        ``workers`` with the references still running; the second the extra jobs :class:`Occupancy` allows), and
+        ``collect`` each of them and of the ``futures`` already running as it finishes."""
+        occupancy = Occupancy()
+        running: list[list[concurrent.futures.Future]] = [list(futures), []]
+        allowed = [self.workers, 0]
+        queue = list(queue)
+        while futures or queue:
+            for share, pool in enumerate(self._pools):
+                running[share] = [future for future in running[share] if not future.done()]
+                while queue and len(running[share]) < allowed[share]:
+                    job = queue.pop(0)
+                    future = pool.submit(run_job, job)
+                    futures[future] = (job.label, stored_path(self.course.root, job.key), job.key)
+                    running[share].append(future)
+            done, _ = concurrent.futures.wait(futures, timeout=Occupancy.INTERVAL, return_when="FIRST_COMPLETED")
+            for future in done:
+                collect(future, futures.pop(future))
+            busy = all(sum(not future.done() for future in r) >= a for r, a in zip(running, allowed))
+            if len(self._pools) > 1 and queue and busy:
+                allowed[1] = occupancy.extra(allowed[1], self.most - self.workers)
+
+    def _collect(
+        self,
+        future: concurrent.futures.Future,
+        what: tuple[str, Path, str],
+        run: BatchRun,
+        progress: Callable[[str], None],
+        finished: Callable[[str], None],
+        bar: tqdm,
+    ) -> None:
+        label, target, name = what
+        bar.update()
+        try:
+            text, breach = future.result()
+        except Exception as error:  # a worker lost, a kernel that cannot start: nbgrader executes it
+            run.failed.append(f"{label}: {type(error).__name__}: {error}")
+            progress(f"not executed ahead (nbgrader will): {run.failed[-1]}")
+        else:
+            run.executed += target.suffix == ".ipynb"
+            if breach:
+                run.breached.append(f"{label}: {breach}")
+                why = "not stored, its kernel breached its isolation (nbgrader runs it again)"
+                progress(f"{why}: {run.breached[-1]}")
+            else:
+                _write_atomically(target, text)
+        finished(name)
+
+
+class Occupancy:
+    """How busy the machine's CPUs are (psutil's system-wide CPU times, every :attr:`INTERVAL` seconds), for the
+    batch to run one job more beside the running ones while they leave CPUs idle (a kernel sleeping through its
+    timeout, waiting, stopped). An extra job stays allowed: a kernel runs one thread (:data:`KERNEL_THREADS`), so
+    one process more than CPUs costs the others little."""
+
+    INTERVAL = 1.0
+    """Seconds between two looks."""
+    LOOKS = 3
+    """Looks in a row with CPUs idle, every allowed job running and more waiting, before one more is allowed."""
+    IDLE_CPUS = 0.5
+    """CPUs idle (of all of them together) that count as room for one more job."""
+
+    def __init__(self) -> None:
+        psutil.cpu_percent(percpu=True)  # the first look's reference
+        self._idle_looks = 0
+
+    def extra(self, current: int, most: int) -> int:
+        """The extra jobs to allow from now on, called once per :attr:`INTERVAL` while every allowed job runs and
+        more wait: one more than ``current`` (at most ``most``) after :attr:`LOOKS` such looks in a row with
+        :attr:`IDLE_CPUS` idle."""
+        idle = sum(100 - percent for percent in psutil.cpu_percent(percpu=True)) / 100
+        self._idle_looks = self._idle_looks + 1 if idle >= self.IDLE_CPUS else 0
+        if self._idle_looks >= self.LOOKS and current < most:
+            self._idle_looks = 0
+            return current + 1
+        return current
+
+
 def execute(
     course: Course,
     submissions: list[Submission],
@@ -104,100 +327,56 @@ def execute(
     progress: Callable[[str], None] = lambda line: None,
     ready: Callable[[Submission], None] = lambda submission: None,
 ) -> BatchRun:
-    """Execute the notebooks of ``submissions`` (placed in submitted/) and store them for nbgrader autograde.
+    """Execute the notebooks of ``submissions`` (placed in submitted/) and store them for nbgrader autograde, in
+    a :class:`Batch` of its own (see :meth:`Batch.execute`).
 
-    ``ready`` is called (in this thread) with each submission as soon as its notebooks and its assignment's
-    reference run are stored or have failed here, so that nbgrader can take it while others still execute.
-
-    ``workers``: local worker processes (default :func:`default_workers`);
-    ``scheduler``: the address of a Dask distributed scheduler
-    (``tcp://host:port``), whose workers then execute the students'
-    notebooks (they need this repository and its environment); ``no_cache``: discard the stored
-    executions of these submissions and their references first; ``progress`` gets a line for notebooks
-    found already executed and for each job that fails or breaches its isolation. A progress bar
-    (counts, time left) is shown on stderr while the notebooks execute, when stderr is a terminal.
+    ``workers``: local worker processes (see :class:`Batch`); ``no_cache``: discard the stored executions of
+    these submissions and their references first; ``scheduler``, ``progress``, ``ready``: see
+    :meth:`Batch.execute`.
 
     Raises:
         OSError: ``executed/`` cannot be written.
         ValueError, OSError: no Dask scheduler at ``scheduler`` (from ``distributed``).
     """
-    config = job_config(course, isolated=isolated)
-    settings = Execute(config=Config(config)).settings()
-    store = course.root / STORE
-    store.mkdir(exist_ok=True)
-    jobs_by_submission = [jobs_of(course, submission, config, settings) for submission in submissions]
-    jobs = [job for found in jobs_by_submission for job in found]
-    if no_cache:
-        assignment_ids = {submission.assignment_id for submission in submissions}
-        for path in [stored_path(course.root, job.key) for job in jobs]:
-            path.unlink(missing_ok=True)
-        for assignment_id in assignment_ids:
-            verdict.stored_reference(course, assignment_id).unlink(missing_ok=True)
-    done_before = {job.key for job in jobs if stored_path(course.root, job.key).exists()}
-    # Identical notebooks (same cells, files, settings: two students handing in the release) run once.
-    todo = list({job.key: job for job in jobs if job.key not in done_before}.values())
-    references = sorted({s.assignment_id for s in submissions})
-    references = [a for a in references if not verdict.stored_reference(course, a).exists()]
-    stored = sum(job.key in done_before for job in jobs)
-    if stored:
-        progress(f"{stored} notebook(s) already executed by an earlier run: kept")
-    waiting = []  # (submission, what it waits for: its notebooks' keys and its reference, not yet stored)
-    for submission, found in zip(submissions, jobs_by_submission):
-        keys = {job.key for job in found if job.key not in done_before}
-        waiting.append((submission, keys | ({submission.assignment_id} & set(references))))
-    failed: list[str] = []
-    breached: list[str] = []
-    executed = 0
+    with Batch(course, isolated=isolated, workers=workers, no_cache=no_cache) as local:
+        return local.execute(submissions, scheduler=scheduler, progress=progress, ready=ready)
 
-    def finished(name: str) -> None:
-        for submission, pending in waiting:
-            if name in pending:
-                pending.discard(name)
-                if not pending:
-                    ready(submission)
 
-    for submission, pending in waiting:
-        if not pending:
-            ready(submission)
-    with _executors(workers, scheduler) as (local, remote):
-        futures: dict[concurrent.futures.Future, tuple[str, Path, str]] = {
-            local.submit(_reference_json, str(course.root), assignment_id, isolated): (
-                f"reference of {assignment_id}",
-                verdict.stored_reference(course, assignment_id),
-                assignment_id,
-            )
-            for assignment_id in references
-        }
-        for job in todo:
-            futures[remote.submit(run, job)] = (job.label, stored_path(course.root, job.key), job.key)
-        with tqdm(total=len(futures), desc="executing", unit="notebook", file=sys.stderr, disable=None) as bar:
-            for future in concurrent.futures.as_completed(futures):
-                label, target, name = futures[future]
-                bar.update()
-                try:
-                    text, breach = future.result()
-                except Exception as error:  # a worker lost, a kernel that cannot start: nbgrader executes it
-                    failed.append(f"{label}: {type(error).__name__}: {error}")
-                    progress(f"not executed ahead (nbgrader will): {failed[-1]}")
-                else:
-                    executed += target.suffix == ".ipynb"
-                    if breach:
-                        breached.append(f"{label}: {breach}")
-                        why = "not stored, its kernel breached its isolation (nbgrader runs it again)"
-                        progress(f"{why}: {breached[-1]}")
-                    else:
-                        _write_atomically(target, text)
-                finished(name)
-    return BatchRun(executed=executed, stored=stored, failed=failed, breached=breached)
+KERNEL_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""Threads of each kernel the batch starts, where the environment does not set them: the batch runs a kernel per
+CPU, so threads of one kernel would only wait for each other's CPU (GNU OpenMP spins while it waits). Measured on
+2 cores, the default demo of 04, 05 and 06: 61.4 and 65.0 s with OpenMP's default (2 threads), 56.1 and 54.1 s with
+one. The reference runs get the same, so students' and reference records come from the same arithmetic."""
+
+
+def start_worker(parent: int) -> None:
+    """Initialise a worker process of the batch: it ends with the process ``parent``
+    (:func:`autograder.course.die_with_parent`) and its kernels run :data:`KERNEL_THREADS`."""
+    die_with_parent(parent)
+    for name, value in KERNEL_THREADS.items():
+        os.environ.setdefault(name, value)
+
+
+def most_workers() -> int:
+    """The most worker processes the batch runs at once while CPUs stay idle (:class:`Occupancy`): two per CPU,
+    at most one per 1.5 GiB of memory (:func:`default_workers`)."""
+    return max(1, min(2 * _cpus(), _memory_allows()))
 
 
 def default_workers() -> int:
     """Worker processes for this machine: one per CPU (measured on 2 cores with forked kernels: 2 workers
     executed a batch of 21 notebooks in 42.5 s and 45.0 s, 3 workers in 45.9 s and 49.8 s), at most one per
     1.5 GiB of memory (a kernel with torch imported takes up to about 1 GiB)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return max(1, min(cpus, int(memory / (1.5 * 2**30))))
+    return max(1, min(_cpus(), _memory_allows()))
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _memory_allows() -> int:
+    """Worker processes the machine's memory allows: one per 1.5 GiB."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1.5 * 2**30))
 
 
 def job_config(course: Course, *, isolated: bool) -> dict[str, Any]:
@@ -244,7 +423,7 @@ def jobs_of(course: Course, submission: Submission, config: dict[str, Any], sett
     return jobs
 
 
-def run(job: Job) -> tuple[str, str | None]:
+def run_job(job: Job) -> tuple[str, str | None]:
     """Execute a job's notebook with the course's ``Execute`` in a scratch folder (runs in a worker).
 
     Returns:
@@ -273,24 +452,3 @@ def _write_atomically(target: Path, text: str) -> None:
     partial = target.with_name(f".{target.name}.partial")
     partial.write_text(text, encoding="utf-8")
     partial.replace(target)
-
-
-@contextmanager
-def _executors(
-    workers: int | None, scheduler: str | None
-) -> Iterator[tuple[concurrent.futures.Executor, concurrent.futures.Executor]]:
-    """(local, students'): a local process pool, and the Dask cluster's executor or that same pool."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no event loop or threads inherited
-    pool = concurrent.futures.ProcessPoolExecutor(
-        workers or default_workers(), mp_context=context, initializer=die_with_parent, initargs=(os.getpid(),)
-    )
-    with pool as local:
-        if scheduler is None:
-            yield local, local
-            return
-        from distributed import Client
-
-        with Client(scheduler, timeout="30s") as client:
-            yield local, client.get_executor()

@@ -46,7 +46,7 @@ from nbgrader.api import Gradebook
 from nbgrader.converters import Autograde
 
 from . import batch, intake, session, verdict
-from .course import Course, CourseError, copy_course, die_with_parent, nbgrader_failure, run_nbgrader
+from .course import Course, CourseError, copy_course, nbgrader_failure, run_nbgrader
 from .releases import update_gradebook
 from .samples import Sample, samples, write_download
 
@@ -148,7 +148,7 @@ def store_references(course: Course, assignment_ids: list[str], *, isolated: boo
     (:func:`autograder.verdict.stored_reference`), in the sandbox unless ``isolated`` is False, as the batch does."""
     context = multiprocessing.get_context("spawn")  # as the batch's workers: nothing of this process inherited
     count = workers or batch.default_workers()
-    initial = {"initializer": die_with_parent, "initargs": (os.getpid(),)}
+    initial = {"initializer": batch.start_worker, "initargs": (os.getpid(),)}
     with concurrent.futures.ProcessPoolExecutor(count, mp_context=context, **initial) as pool:
         runs = {a: pool.submit(verdict.reference_records, course, a, sandboxed=isolated) for a in assignment_ids}
         for assignment_id, run in runs.items():

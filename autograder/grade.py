@@ -96,8 +96,8 @@ def grade(
     options = {"format": format, "roster": roster, "assignment": assignment}
     grades_csv = course.root / "grades.csv"
     # nbgrader's processes start now, while the download is read and placed.
-    with session.Passes(course, isolated=isolated, workers=workers, feedback=True) as nbgrader:
-        release = functools.cache(functools.partial(update_gradebook, course, nbgrader=nbgrader.nbgrader))
+    with session.Passes(course, isolated=isolated, workers=workers, feedback=True, no_cache=no_cache) as nbgrader:
+        release = functools.cache(nbgrader.release)
         with intake.opened(download, course=course, release=release, **options) as found:
             if not found.submissions:
                 raise _nothing_to_grade(download, found)
@@ -107,9 +107,7 @@ def grade(
         intake.write_manifest(found.manifest, manifest_csv)
         intake.write_mapping(found.mappings, student_ids_csv)
         _enrol(course, found)
-        passes = nbgrader.run(
-            found.submissions, scheduler=scheduler, no_cache=no_cache, progress=progress, export_to=grades_csv
-        )
+        passes = nbgrader.run(found.submissions, scheduler=scheduler, progress=progress, export_to=grades_csv)
 
     results = report.collect(course, found.submissions)
     graded = {result.student_id for result in results}

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+import nbformat
+
 from . import batch, sandbox
 from .course import Course, CourseError, die_with_parent, nbgrader_environment
 from .intake import Submission
@@ -180,28 +182,45 @@ class Passes:
     """nbgrader's passes of one grading run over the batch (a context manager).
 
     Entering starts the nbgrader processes (one :class:`Session` that autogrades and, with ``feedback``,
-    :func:`feedback_processes` more that generate feedback: feedback only reads the gradebook), so that their
-    start-up overlaps whatever the run does before :meth:`run`; leaving ends them. ``isolated``, ``workers``:
-    see :func:`autograder.batch.execute`.
+    :func:`feedback_processes` more that generate feedback: feedback only reads the gradebook) and the batch's
+    workers (:class:`autograder.batch.Batch`), so that their start-up, and the reference runs of the assignments
+    :meth:`release` is asked for, overlap whatever the run does before :meth:`run`; leaving ends them.
+    ``isolated``, ``workers``, ``no_cache``: see :func:`autograder.batch.execute` (with ``no_cache``, feedback
+    pages are generated again too).
     """
 
-    def __init__(self, course: Course, *, isolated: bool, workers: int | None = None, feedback: bool) -> None:
-        self.course, self.isolated, self.workers = course, isolated, workers
+    def __init__(
+        self, course: Course, *, isolated: bool, workers: int | None = None, feedback: bool, no_cache: bool = False
+    ) -> None:
+        self.course, self.isolated, self.workers, self.no_cache = course, isolated, workers, no_cache
         self._feeders = feedback_processes(workers) if feedback else 0
         self._stack = contextlib.ExitStack()
 
-    @property
-    def nbgrader(self) -> Session:
-        """The session that autogrades (and exports): the gradebook's one writer; only while entered."""
-        return self._nbgrader
-
     def __enter__(self) -> Passes:
-        env = {} if self.isolated else {sandbox.DISABLED_ENV: "1"}
+        # A notebook the batch could not execute is executed by nbgrader, its kernel threaded as the batch's.
+        env = {name: value for name, value in batch.KERNEL_THREADS.items() if name not in os.environ}
+        if not self.isolated:
+            env[sandbox.DISABLED_ENV] = "1"
         with self._stack as stack:
             self._nbgrader = stack.enter_context(Session(self.course, env=env))
             self._feedback = [stack.enter_context(Session(self.course, env=env)) for _ in range(self._feeders)]
+            options = {"isolated": self.isolated, "workers": self.workers, "no_cache": self.no_cache}
+            self._batch = stack.enter_context(batch.Batch(self.course, **options))
             self._stack = stack.pop_all()
         return self
+
+    def release(self, assignment_id: str) -> nbformat.NotebookNode:
+        """The assignment's grade cells recorded in the gradebook and its release notebook
+        (:func:`autograder.releases.update_gradebook`, by the autograding session), its reference run started in
+        the batch (:meth:`autograder.batch.Batch.reference`); only while entered.
+
+        Raises:
+            CourseError: nbgrader refused (its log is quoted).
+        """
+        from .releases import update_gradebook
+
+        self._batch.reference(assignment_id)
+        return update_gradebook(self.course, assignment_id, nbgrader=self._nbgrader)
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
@@ -213,21 +232,20 @@ class Passes:
         submissions: list[Submission],
         *,
         scheduler: str | None = None,
-        no_cache: bool = False,
         progress: Callable[[str], None] = lambda line: None,
         export_to: Path | None = None,
     ) -> PassesRun:
-        """Execute the placed ``submissions`` (:func:`autograder.batch.execute`) and autograde each as soon as
-        its notebooks are executed, while the rest execute; generate its feedback right after (with
+        """Execute the placed ``submissions`` (:meth:`autograder.batch.Batch.execute`) and autograde each as soon
+        as its notebooks are executed, while the rest execute; generate its feedback right after (with
         ``feedback``; pages an earlier run made from the same inputs are kept, unless ``no_cache``); then, with
         ``export_to``, export the grades there. Returns once all of it is done.
 
-        ``scheduler``, ``no_cache``, ``progress``: see :func:`autograder.batch.execute`. A submission nbgrader
+        ``scheduler``, ``progress``: see :meth:`autograder.batch.Batch.execute`. A submission nbgrader
         cannot grade is left out of autograded/ and said in the log (:data:`PER_SUBMISSION_ERROR`).
 
         Raises:
             CourseError: nbgrader fails other than on single submissions, cannot export, or ends.
-            OSError, ValueError: see :func:`autograder.batch.execute`.
+            OSError, ValueError: see :meth:`autograder.batch.Batch.execute`.
         """
         autograded: list[concurrent.futures.Future[Outcome]] = []
         generated: list[concurrent.futures.Future[Outcome]] = []
@@ -240,15 +258,14 @@ class Passes:
             def then_feedback(done: concurrent.futures.Future[Outcome]) -> None:  # run by the session's reader
                 try:
                     if feeder and done.exception() is None and done.result().success:
-                        generated.append(feeder.generate_feedback(*ids, reuse=not no_cache))
+                        generated.append(feeder.generate_feedback(*ids, reuse=not self.no_cache))
                 finally:
                     followed.release()
 
             autograded.append(self._nbgrader.autograde(*ids))
             autograded[-1].add_done_callback(then_feedback)
 
-        options = {"isolated": self.isolated, "workers": self.workers, "scheduler": scheduler, "no_cache": no_cache}
-        executed = batch.execute(self.course, submissions, **options, progress=progress, ready=autograde)
+        executed = self._batch.execute(submissions, scheduler=scheduler, progress=progress, ready=autograde)
         progress("nbgrader autograde" + (", generate_feedback" if self._feedback else ""))
         outcomes = [future.result() for future in autograded]
         for _ in autograded:

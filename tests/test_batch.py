@@ -1,6 +1,8 @@
 """The batch: notebooks executed ahead (local workers or a real Dask cluster), taken by nbgrader, resumable."""
 
+import concurrent.futures
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -15,7 +17,7 @@ import nbformat
 import pytest
 from distributed import Client
 
-from autograder import batch
+from autograder import batch, verdict
 from autograder.benchmark import benchmark, scores
 from autograder.course import ROOT, Course, copy_course, grade_id, is_autograder_tests
 from autograder.execute import STORE
@@ -160,3 +162,36 @@ def test_the_benchmark_grades_like_stock_nbgrader(course_copy):
     assert (result.notebooks, result.references) == (2, 1)
     assert result.differences == []
     assert "grades identical: yes" in result.report()
+
+
+def test_a_reference_asked_for_before_the_batch_executes_runs_then_and_is_stored(course_copy):
+    """What grade does while it reads the download: each assignment's reference run starts as soon as the assignment
+    is known, and the batch stores its records with its other results."""
+    stored = verdict.stored_reference(course_copy, "03_devices")
+    with batch.Batch(course_copy, isolated=True, workers=1) as local:
+        local.reference("03_devices")
+        assert not stored.exists()
+        run = local.execute([])
+    assert stored.exists() and json.loads(stored.read_text())
+    assert (run.executed, run.failed, run.breached) == (0, [], [])
+
+
+def test_one_job_more_is_allowed_after_three_looks_with_half_a_cpu_idle_up_to_the_most(monkeypatch):
+    """psutil's per-CPU busy percentages, as :class:`autograder.batch.Occupancy` looks at them once a second."""
+    looks = iter([[0, 0], *[[100, 20]] * 3, [100, 60], [100, 100], *[[60, 60]] * 3, *[[0, 0]] * 6])
+    monkeypatch.setattr(batch.psutil, "cpu_percent", lambda percpu: next(looks))
+    occupancy, extra = batch.Occupancy(), 0
+    allowed = []
+    for _ in range(13):
+        extra = occupancy.extra(extra, 2)
+        allowed.append(extra)
+    assert allowed == [0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]
+
+
+def test_the_batchs_workers_run_kernels_on_one_thread_unless_the_environment_says_otherwise(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")
+    context = multiprocessing.get_context("spawn")
+    options = {"mp_context": context, "initializer": batch.start_worker, "initargs": (os.getpid(),)}
+    with concurrent.futures.ProcessPoolExecutor(1, **options) as pool:
+        assert [pool.submit(os.getenv, name).result() for name in batch.KERNEL_THREADS] == ["1", "3"]
