@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             "--workers",
             type=int,
             default=None,
-            help="notebooks executed at once on this machine (default: one per CPU, fewer if memory is short)",
+            help="notebooks executed at once on this machine (default: one per CPU, fewer if memory is short, "
+            "one more at a time while CPUs stay idle beside them)",
         )
     grade_parser.add_argument(
         "--no-cache",

@@ -3,7 +3,8 @@
 ``nbgrader generate_assignment`` into a scratch release folder, a request to
 the run's nbgrader process (keeps the gradebook's grade cells in step with
 source/; not asked again while source/ and the gradebook are as it left them,
-see :func:`autograder.releases.update_gradebook`) -> intake (the download's shape
+see :func:`autograder.releases.update_gradebook`; the batch's workers start the
+assignment's reference run at the same time) -> intake (the download's shape
 read, every file in the manifest, each student mapped to a course id, each
 chosen notebook validated and normalised to that release, in submitted/; see
 :mod:`autograder.intake` and :mod:`autograder.structure`) -> every student of
