@@ -49,6 +49,7 @@ import multiprocessing
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +119,8 @@ class Batch:
         self.course, self.isolated, self.no_cache = course, isolated, no_cache
         self.workers = workers or default_workers()
         self.most = self.workers if workers else max(self.workers, most_workers())
-        self._references: dict[str, concurrent.futures.Future | None] = {}  # None: stored, or not started yet
+        # Asked for: its run (None: stored when asked, or already handed to :meth:`execute`).
+        self._references: dict[str, concurrent.futures.Future | None] = {}
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> Batch:
@@ -300,14 +302,17 @@ class Occupancy:
     IDLE_CPUS = 0.5
     """CPUs idle (of all of them together) that count as room for one more job."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         psutil.cpu_percent(percpu=True)  # the first look's reference
-        self._idle_looks = 0
+        self._clock, self._looked, self._idle_looks = clock, clock(), 0
 
     def extra(self, current: int, most: int) -> int:
-        """The extra jobs to allow from now on, called once per :attr:`INTERVAL` while every allowed job runs and
-        more wait: one more than ``current`` (at most ``most``) after :attr:`LOOKS` such looks in a row with
-        :attr:`IDLE_CPUS` idle."""
+        """The extra jobs to allow from now on; the batch asks while every allowed job runs and more wait. A look
+        is taken when :attr:`INTERVAL` has passed since the last one (else ``current`` is kept): one more than
+        ``current`` (at most ``most``) after :attr:`LOOKS` looks in a row with :attr:`IDLE_CPUS` idle."""
+        if self._clock() - self._looked < self.INTERVAL:
+            return current
+        self._looked = self._clock()
         idle = sum(100 - percent for percent in psutil.cpu_percent(percpu=True)) / 100
         self._idle_looks = self._idle_looks + 1 if idle >= self.IDLE_CPUS else 0
         if self._idle_looks >= self.LOOKS and current < most:

@@ -15,14 +15,17 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 import nbgrader
 from nbgrader.api import Gradebook, MissingEntry
 
-from . import session
 from .course import Course, CourseError, generate_assignment, hash_files, nbgrader_errors, read_notebook
 from .execute import STORE
+
+if TYPE_CHECKING:  # session imports this module
+    from . import session
 
 
 RELEASES = Path(STORE) / "releases"

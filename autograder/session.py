@@ -39,6 +39,7 @@ from types import TracebackType
 import nbformat
 
 from . import batch, sandbox
+from .releases import update_gradebook
 from .course import Course, CourseError, die_with_parent, nbgrader_environment
 from .intake import Submission
 
@@ -217,8 +218,6 @@ class Passes:
         Raises:
             CourseError: nbgrader refused (its log is quoted).
         """
-        from .releases import update_gradebook
-
         self._batch.reference(assignment_id)
         return update_gradebook(self.course, assignment_id, nbgrader=self._nbgrader)
 

@@ -177,15 +177,21 @@ def test_a_reference_asked_for_before_the_batch_executes_runs_then_and_is_stored
 
 
 def test_one_job_more_is_allowed_after_three_looks_with_half_a_cpu_idle_up_to_the_most(monkeypatch):
-    """psutil's per-CPU busy percentages, as :class:`autograder.batch.Occupancy` looks at them once a second."""
-    looks = iter([[0, 0], *[[100, 20]] * 3, [100, 60], [100, 100], *[[60, 60]] * 3, *[[0, 0]] * 6])
+    """psutil's per-CPU busy percentages, as :class:`autograder.batch.Occupancy` looks at them once a second; asked
+    again sooner (a job just finished), it keeps the number and takes no look."""
+    looks = iter([[0, 0], *[[100, 20]] * 3, [100, 60], [100, 100], *[[60, 60]] * 3, *[[0, 0]] * 5])
     monkeypatch.setattr(batch.psutil, "cpu_percent", lambda percpu: next(looks))
-    occupancy, extra = batch.Occupancy(), 0
+    now = [0.0]
+    occupancy, extra = batch.Occupancy(clock=lambda: now[0]), 0
     allowed = []
     for _ in range(13):
+        now[0] += 0.4
+        assert occupancy.extra(extra, 2) == extra  # too soon: no look
+        now[0] += 0.6
         extra = occupancy.extra(extra, 2)
         allowed.append(extra)
     assert allowed == [0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]
+    assert next(looks, None) is None  # one look a second, 13 of them
 
 
 def test_the_batchs_workers_run_kernels_on_one_thread_unless_the_environment_says_otherwise(monkeypatch):
