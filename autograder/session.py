@@ -280,11 +280,11 @@ class Passes:
 
 
 def feedback_processes(workers: int | None) -> int:
-    """nbgrader processes that generate feedback beside the autograding one: one per worker of the batch
-    (:func:`autograder.batch.default_workers` by default). A page costs 0.27 to 0.34 s of CPU, a notebook's
-    execution about 1.25 s, so one process per two workers keeps up on an idle machine; in the test run, where
-    other jobs share the CPUs, ``demo --all`` was slower with it (README, "Where a test run's CPU goes")."""
-    return max(1, workers or batch.default_workers())
+    """nbgrader processes that generate feedback beside the autograding one: one per two workers of the batch
+    (:func:`autograder.batch.default_workers` by default), at least one. A page costs 0.27 to 0.34 s of CPU
+    (``demo --all``, sampled from /proc), a notebook's execution about 1 s in its kernel and 0.25 s in its
+    worker, so one process keeps up with two workers; each process more costs 1.0 to 1.3 s of CPU to start."""
+    return max(1, -(-(workers or batch.default_workers()) // 2))
 
 
 def serve(root: str, replies: int) -> None:

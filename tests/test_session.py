@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from autograder.course import CourseError
-from autograder.session import Session
+from autograder.session import Session, feedback_processes
 
 
 def test_requests_are_answered_in_order_a_failed_one_says_why_and_those_left_when_nbgrader_ends_fail(course_copy):
@@ -25,3 +25,8 @@ def test_requests_are_answered_in_order_a_failed_one_says_why_and_those_left_whe
         nbgrader._process.wait()
         with pytest.raises(CourseError, match=r"nbgrader ended \(exit -9\)"):
             nbgrader.autograde("01_tensors", "nobody").result(timeout=60)
+
+
+def test_one_feedback_process_serves_two_workers():
+    """A page costs about a third of a notebook's execution, a process more 1.0 to 1.3 s of CPU to start."""
+    assert [feedback_processes(workers) for workers in (1, 2, 3, 4, 16)] == [1, 1, 2, 2, 8]
