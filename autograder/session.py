@@ -284,7 +284,7 @@ def feedback_processes(workers: int | None) -> int:
     (:func:`autograder.batch.default_workers` by default), at least one. A page costs 0.27 to 0.34 s of CPU
     (``demo --all``, sampled from /proc), a notebook's execution about 1 s in its kernel and 0.25 s in its
     worker, so one process keeps up with two workers; each process more costs 1.0 to 1.3 s of CPU to start."""
-    return max(1, -(-(workers or batch.default_workers()) // 2))
+    return max(1, ((workers or batch.default_workers()) + 1) // 2)
 
 
 def serve(root: str, replies: int) -> None:
