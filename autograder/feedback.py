@@ -28,8 +28,13 @@ every code cell is also checked by content (:class:`Secrets`): one that
 quotes a hidden test's line (as written, or escaped as ``repr`` and JSON
 escape it) or holds a hidden check's expected values (its strings, or its
 numbers in order, as any printing of the tensor shows them) is replaced by a
-note saying it was removed. Short lines and values (under
-:data:`MIN_SECRET_CHARS` characters, :data:`MIN_SECRET_NUMBERS` numbers) and
+note saying it was removed. A print split into several outputs (each flush
+of the kernel's stdout is one) is checked whole: a cell's consecutive outputs
+of one stream are first merged (nbconvert's ``CoalesceStreamsPreprocessor``),
+and when its outputs, read one after another, carry a secret that none
+carries alone (numbers or a line spread over stdout and displays), all of
+them are replaced (by one note, and its errors' names). Short lines and
+values (under :data:`MIN_SECRET_CHARS` characters, :data:`MIN_SECRET_NUMBERS` numbers) and
 arrays of whole numbers are not secrets (an answer ``"a"`` of four choices, or
 ``arange(12)``, cannot be hidden by content: the course shows such values
 itself), and an encoding the student makes up (base64 of ``In``) is not
@@ -54,6 +59,7 @@ from bs4 import BeautifulSoup
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
@@ -89,12 +95,13 @@ class Secrets:
     numbers: tuple[tuple[float, ...], ...] = ()
     """The numbers of each hidden expected array, flattened in order."""
 
-    def found_in(self, output: NotebookNode) -> bool:
-        """Whether an output's text (any MIME type but images, tracebacks without colours) carries a secret."""
-        text = _text(output)
-        if any(secret in text for secret in self.texts):
+    def found_in(self, *outputs: NotebookNode) -> bool:
+        """Whether the text of ``outputs`` (any MIME type but images, tracebacks without colours), read one after
+        another, carries a secret: a text or a run of numbers split between two outputs included."""
+        texts = [_text(output) for output in outputs]
+        if any(secret in "".join(texts) for secret in self.texts):
             return True
-        found = [float(match) for match in NUMBER.findall(text)] if self.numbers else []
+        found = [float(match) for match in NUMBER.findall("\n".join(texts))] if self.numbers else []
         return any(_contains(found, numbers) for numbers in self.numbers)
 
 
@@ -181,10 +188,12 @@ def _contains(found: list[float], numbers: tuple[float, ...]) -> bool:
 
 
 def _text(output: NotebookNode) -> str:
+    """An output's text, its parts (stream text, error name, message and traceback, each MIME type's data but
+    images) one per line, empty ones left out, without ANSI colours."""
     parts: list[Any] = [output.get("text", ""), output.get("ename", ""), output.get("evalue", "")]
     parts += output.get("traceback", [])
     parts += [value for mime, value in output.get("data", {}).items() if not mime.startswith("image/")]
-    return ANSI.sub("", "\n".join(p if isinstance(p, str) else json.dumps(p) for p in parts))
+    return ANSI.sub("", "\n".join(p if isinstance(p, str) else json.dumps(p) for p in parts if p))
 
 
 def redacted(output: NotebookNode) -> NotebookNode:
@@ -201,6 +210,8 @@ class HideHiddenTests(NbGraderPreprocessor):
         super().__init__(**kwargs)
         self.secrets = Secrets()
         """What this notebook's outputs may not carry (set per notebook by :meth:`preprocess`)."""
+        self.coalesce_streams = CoalesceStreamsPreprocessor()
+        """Merges a cell's consecutive outputs of one stream (a print split by a flush) before they are checked."""
 
     def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
         self.secrets = secrets(nb, reference_of(self, resources["nbgrader"]["assignment"]))
@@ -213,7 +224,11 @@ class HideHiddenTests(NbGraderPreprocessor):
             hidden = hidden_lines(cell.source)
             cell.source = visible_source(cell.source)
             cell.outputs = [shown(output, hidden) for output in cell.outputs if not is_record(output)]
+        cell, resources = self.coalesce_streams.preprocess_cell(cell, resources, index)
         cell.outputs = [redacted(output) if self.secrets.found_in(output) else output for output in cell.outputs]
+        if self.secrets.found_in(*cell.outputs):  # spread over outputs that each look harmless: each note once
+            notes = [redacted(output) for output in cell.outputs]
+            cell.outputs = list({json.dumps(note, sort_keys=True): note for note in notes}.values())
         if (
             is_autograder_tests(cell)
             and any(o.get("name") == "stderr" for o in cell.outputs)

@@ -116,9 +116,31 @@ def test_any_output_carrying_a_hidden_line_or_expected_values_is_removed(printed
     assert shown_outputs[1].ename == "ValueError"
 
 
+def stdout(text):
+    return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+
+def displayed(text):
+    return nbformat.v4.new_output("display_data", data={"text/plain": text})
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [stdout("tensor([[ 0.2500, -1.5000,  3.1250],\n"), stdout("        [ 2.0000,  0.5000,  7.7500]])\n")],
+        [stdout("0.2500\n"), displayed("-1.5"), stdout("3.1250\n"), displayed("2.0"), stdout("0.5\n"), displayed("7.75")],
+        [stdout('check_equal(f(secr'), displayed('et), 42, label="f(a hidden case)")')],
+    ],
+    ids=["print_split_by_a_flush", "values_alternating_with_displays", "line_split_between_stdout_and_a_display"],
+)
+def test_a_secret_spread_over_several_outputs_removes_them_all_for_one_note(pieces):
+    assert [o.get("text") for o in redacting(pieces)] == [REDACTED + "\n"]
+
+
 def test_an_output_without_secrets_is_kept():
     kept = [nbformat.v4.new_output("stream", name="stdout", text="41, and the first three values: 0.25 -1.5 3.125\n")]
     assert redacting(copy.deepcopy(kept)) == kept
+    assert redacting([stdout("hel"), stdout("lo\n"), displayed("0.25")]) == [stdout("hello\n"), displayed("0.25")]
 
 
 class CountedTemplates(CompiledTemplates):
