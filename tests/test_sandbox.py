@@ -303,9 +303,10 @@ def test_memory_that_rlimit_data_misses_kills_a_kernel_past_its_limit(fork):
     """Shared anonymous mmap, memory files, files in /dev/shm (closed), System V shared memory, semaphores and
     (as root) queued messages (none of them counted by RLIMIT_DATA; the System V segments attached, written and
     detached), each 2 GiB written by a kernel limited to 1.5 GiB (its /dev/shm here 4 GiB, its System V bounds
-    raised past the limit so that only the reading can stop them): the fork server (or, for a kernel in a sandbox
+    raised past the limit so that only the reading can stop them, but for segments in a sandbox of its own: its
+    ``kernel.shmall`` is the limit): the fork server (or, for a kernel in a sandbox
     of its own, its manager, which reads the sandbox's IPC namespace) kills the kernel, the cell says it died, the
-    kernel comes back with its state."""
+    kernel comes back with its state (each attack then holds what it made: the kill lands in its cell)."""
     shared = (
         "import mmap\nblock = mmap.mmap(-1, 2 * 2**30)\n"
         "for start in range(0, 2 * 2**30, 2**24):\n    block[start:start + 2**24] = bytes(2**24)"
@@ -317,10 +318,16 @@ def test_memory_that_rlimit_data_misses_kills_a_kernel_past_its_limit(fork):
     if os.geteuid() == 0:  # without root the namespace's own bounds (32,000 queues of 16 KiB) keep it under 1.5 GiB
         attacks.append(SYSTEM_V_TOOLS + MESSAGE_FLOOD)
     limit |= {"message_queues": 64, "message_queue_bytes": 2**25, "semaphore_sets": 4096, "semaphores": 2**25}
-    cells = run(SETUP, *[c for a in attacks for c in (a, SHOW_STATE)], timeout=60, fork=fork, sandbox=limit,
+    cells = run(SETUP, *[c for a in attacks for c in (a + HOLD, SHOW_STATE)], timeout=60, fork=fork, sandbox=limit,
                 max_restarts=len(attacks))
     assert [enames(cell) for cell in cells[1::2]] == [["DeadKernelError"]] * len(attacks)
     assert [printed(cell) for cell in cells[2::2]] == ["kept\n"] * len(attacks)
+
+
+HOLD = "\ntime.sleep(20)"
+"""The end of a memory attack: it keeps what it made for 20 s (200 readings of its memory), so the kill lands in
+its own cell, also where the attack ends right after passing the limit (System V segments in a sandbox of its own,
+stopped at the limit by ``kernel.shmall``) and a busy machine delays the next reading."""
 
 
 SYSTEM_V = """
