@@ -220,6 +220,11 @@ class HideHiddenTests(NbGraderPreprocessor):
     def preprocess_cell(self, cell: NotebookNode, resources: dict, index: int) -> tuple[NotebookNode, dict]:
         if cell.cell_type != "code":
             return cell, resources
+        only_stderr = (  # decided before a removal turns a stderr output into a note
+            is_autograder_tests(cell)
+            and any(o.get("name") == "stderr" for o in cell.outputs)
+            and not any(o.get("output_type") == "error" for o in cell.outputs)
+        )
         if is_autograder_tests(cell):
             hidden = hidden_lines(cell.source)
             cell.source = visible_source(cell.source)
@@ -229,11 +234,7 @@ class HideHiddenTests(NbGraderPreprocessor):
         if self.secrets.found_in(*cell.outputs):  # spread over outputs that each look harmless: each note once
             notes = [redacted(output) for output in cell.outputs]
             cell.outputs = list({json.dumps(note, sort_keys=True): note for note in notes}.values())
-        if (
-            is_autograder_tests(cell)
-            and any(o.get("name") == "stderr" for o in cell.outputs)
-            and not any(o.get("output_type") == "error" for o in cell.outputs)
-        ):
+        if only_stderr:
             cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=STDERR_NOTE))
         return cell, resources
 

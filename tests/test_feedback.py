@@ -88,15 +88,15 @@ def test_a_cell_that_only_wrote_to_stderr_says_why_it_earned_nothing():
 HIDDEN_RECORD = {"label": "f(a hidden case)", "expected": {"tensor": {"data": [[0.25, -1.5, 3.125], [2.0, 0.5, 7.75]]}}}
 
 
-def redacting(outputs, cell_source=SOURCE):
+def redacting(outputs, in_the_test_cell=False):
     """A feedback preprocessor whose secrets come from a notebook with the test cell (reference: HIDDEN_RECORD),
-    applied to a student's solution cell holding ``outputs``."""
+    applied to a student's solution cell holding ``outputs`` (or to the test cell holding them)."""
     tests = nbformat.v4.new_code_cell(SOURCE, metadata=TESTS_METADATA, id="task-tests")
     solution = nbformat.v4.new_code_cell("print(stuff)", metadata={"nbgrader": {"solution": True, "grade": False}})
-    solution.outputs = outputs
+    (tests if in_the_test_cell else solution).outputs = outputs
     preprocessor = HideHiddenTests()
     preprocessor.secrets = secrets(nbformat.v4.new_notebook(cells=[solution, tests]), {"task": [HIDDEN_RECORD]})
-    return preprocessor.preprocess_cell(solution, {}, 0)[0].outputs
+    return preprocessor.preprocess_cell(tests if in_the_test_cell else solution, {}, 0)[0].outputs
 
 
 @pytest.mark.parametrize(
@@ -135,6 +135,12 @@ def displayed(text):
 )
 def test_a_secret_spread_over_several_outputs_removes_them_all_for_one_note(pieces):
     assert [o.get("text") for o in redacting(pieces)] == [REDACTED + "\n"]
+
+
+def test_a_test_cell_whose_stderr_output_is_removed_still_says_why_it_earned_nothing():
+    leak = nbformat.v4.new_output("stream", name="stderr", text='check_equal(f(secret), 42, label="f(a hidden case)")\n')
+    outputs = redacting([leak], in_the_test_cell=True)
+    assert [o.text for o in outputs[:1]] == [REDACTED + "\n"] and "wrote to the error stream" in outputs[-1].text
 
 
 def test_an_output_without_secrets_is_kept():
