@@ -37,8 +37,8 @@ them are replaced (by one note, and its errors' names). Short lines and
 values (under :data:`MIN_SECRET_CHARS` characters, :data:`MIN_SECRET_NUMBERS` numbers) and
 arrays of whole numbers are not secrets (an answer ``"a"`` of four choices, or
 ``arange(12)``, cannot be hidden by content: the course shows such values
-itself), and an encoding the student makes up (base64 of ``In``) is not
-recognised.
+itself); an encoding the student makes up (base64 of ``In``) and a secret
+spread over the outputs of several cells are not recognised.
 
 Pages are rendered by :class:`FeedbackExporter` (nbconvert's ``HTMLExporter``, its compiled templates kept for
 the next page), and a re-run keeps the pages of an earlier one made from the same inputs
