@@ -230,10 +230,11 @@ class HideHiddenTests(NbGraderPreprocessor):
             cell.source = visible_source(cell.source)
             cell.outputs = [shown(output, hidden) for output in cell.outputs if not is_record(output)]
         cell, resources = self.coalesce_streams.preprocess_cell(cell, resources, index)
-        cell.outputs = [redacted(output) if self.secrets.found_in(output) else output for output in cell.outputs]
-        if self.secrets.found_in(*cell.outputs):  # spread over outputs that each look harmless: each note once
-            notes = [redacted(output) for output in cell.outputs]
-            cell.outputs = list({json.dumps(note, sort_keys=True): note for note in notes}.values())
+        if self.secrets.found_in(*cell.outputs):  # read together (what one output carries, they carry too)
+            cell.outputs = [redacted(output) if self.secrets.found_in(output) else output for output in cell.outputs]
+            if self.secrets.found_in(*cell.outputs):  # spread over outputs that each look harmless: each note once
+                notes = [redacted(output) for output in cell.outputs]
+                cell.outputs = list({json.dumps(note, sort_keys=True): note for note in notes}.values())
         if only_stderr:
             cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=STDERR_NOTE))
         return cell, resources
