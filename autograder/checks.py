@@ -9,11 +9,13 @@ Every check does two things:
 2. It records the value it checked, the value it expected and its rule as a
    cell output, so that the grader can judge again outside the kernel (see
    ``autograder/verdict.py``: a student's values are judged against the
-   expected values and rules recorded by the reference solution's run). Inside IPython a record is a
-   ``display_data`` output whose data holds an empty ``text/plain`` (so
-   JupyterLab and feedback pages show nothing) and the record under
-   :data:`RECORD_MIME_TYPE`. Outside IPython records are only kept in
-   :data:`records`.
+   expected values and rules recorded by the reference solution's run). Inside IPython the records of a
+   cell are published when the cell ends (IPython's ``post_run_cell`` event, which also follows a cell that
+   raised) as one ``display_data`` output whose data holds an empty ``text/plain`` (so JupyterLab and
+   feedback pages show nothing) and the JSON array of the cell's records, in order, under
+   :data:`RECORD_MIME_TYPE`: one message per cell, not one per check (a test cell makes up to hundreds of
+   checks; each output costs the kernel and the grader a message, a schema check and a copy). All records
+   are also kept in :data:`records` (outside IPython only there).
 
 Record format (JSON object, one per check, in the order the checks ran)::
 
@@ -277,16 +279,7 @@ def _record(
         "rule": rule,
     }
     records.append(record)
-    if _DISPLAY is not None and _GET_IPYTHON() is not None:
-        _DISPLAY({"text/plain": "", RECORD_MIME_TYPE: record}, raw=True)
     return reason
-
-
-try:
-    from IPython import get_ipython as _GET_IPYTHON
-    from IPython.display import display as _DISPLAY
-except ImportError:
-    _DISPLAY = None
 
 
 _EXACT = {"kind": "exact"}
@@ -727,13 +720,21 @@ def _count_records(info: Any) -> None:
     _records_before_cell = len(records)
 
 
-def _say_passed(result: Any) -> None:
-    if result.success and len(records) > _records_before_cell:
+def _end_cell(result: Any) -> None:
+    """After a cell: its records as one output (see the module docstring), then the passed line if it passed."""
+    made = records[_records_before_cell:]
+    if not made:
+        return
+    from IPython.display import display
+
+    display({"text/plain": "", RECORD_MIME_TYPE: made}, raw=True)
+    if result.success:
         print(PASSED_LINE)
 
 
 def _install_in_ipython() -> None:
-    """Inside IPython: failed checks' tracebacks lead with the student's line; passing check cells say so."""
+    """Inside IPython: failed checks' tracebacks lead with the student's line; a cell's records are published
+    when it ends; passing check cells say so."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -743,7 +744,7 @@ def _install_in_ipython() -> None:
         return
     shell.set_custom_exc((AssertionError,), _hide_check_frames)
     shell.events.register("pre_run_cell", _count_records)
-    shell.events.register("post_run_cell", _say_passed)
+    shell.events.register("post_run_cell", _end_cell)
 
 
 _install_in_ipython()

@@ -81,12 +81,15 @@ MISMATCH = "CheckRecordMismatch"
 
 
 def cell_records(cell: NotebookNode) -> list[Any]:
-    """The check records a code cell's outputs hold, in order (anything under the record MIME type)."""
-    return [
-        output["data"][RECORD_MIME_TYPE]
-        for output in cell.get("outputs", [])
-        if output.get("output_type") == "display_data" and RECORD_MIME_TYPE in output.get("data", {})
-    ]
+    """The check records a code cell's outputs hold, in order: the items of each array under the record MIME type
+    (``checks.py`` publishes a cell's records as one array when the cell ends); anything else found under it
+    counts as one record (it fails unless it is one)."""
+    found: list[Any] = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "display_data" and RECORD_MIME_TYPE in output.get("data", {}):
+            payload = output["data"][RECORD_MIME_TYPE]
+            found.extend(payload if isinstance(payload, list) else [payload])
+    return found
 
 
 def records_by_cell(notebook: NotebookNode) -> dict[str, list[Any]]:

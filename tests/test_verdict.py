@@ -20,7 +20,7 @@ from autograder.checks import (
     check_shape,
     check_shares_memory,
 )
-from autograder.verdict import first_mismatch, passes
+from autograder.verdict import RECORD_MIME_TYPE, cell_records, first_mismatch, passes
 
 x = torch.arange(6.0).reshape(2, 3)
 
@@ -118,6 +118,21 @@ def test_a_cell_fails_on_missing_extra_reordered_or_forged_records():
     forged = [{**right[0], "value": off}, right[1]]
     assert first_mismatch(forged, right) == "check 1 of 2 (l) failed when judged outside the kernel"
     assert first_mismatch(["not a record", right[1]], right) == "check 1 of 2 (l): a different check ran in its place"
+
+
+def test_a_cells_records_are_read_from_its_arrays_in_order_and_anything_else_counts_as_one_record():
+    """checks.py publishes a cell's records as one array; a kernel may also send outputs of its own under the type."""
+    first, second = record_of(CASES["close_within"]), record_of(CASES["shape_same"])
+
+    def record_output(payload):
+        return nbformat.v4.new_output("display_data", data={"text/plain": "", RECORD_MIME_TYPE: payload})
+
+    cell = nbformat.v4.new_code_cell(outputs=[record_output([first, second])])
+    assert cell_records(cell) == [first, second]
+    cell.outputs = [record_output([first]), nbformat.v4.new_output("stream", text="x"), record_output(second)]
+    assert cell_records(cell) == [first, second]
+    cell.outputs = [record_output("forged")]
+    assert first_mismatch(cell_records(cell), [first]) == "check 1 of 1 (l): a different check ran in its place"
 
 
 def test_large_arrays_recorded_without_values_are_left_to_the_kernel():
