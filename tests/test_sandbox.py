@@ -185,6 +185,23 @@ def test_a_process_whose_main_thread_ended_is_killed_before_the_next_kernel():
 
 
 @pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_forked_kernels_start_with_torchs_traceback_files_parsed_and_show_the_tracebacks_a_cold_kernel_shows():
+    """The fork server's warm-up (``forkserver._warm_tracebacks``) is done once for all kernels and changes no
+    traceback: a backward pass run twice fails alike in a forked kernel and in one started in its own sandbox."""
+    parsed = (
+        "import stack_data, torch\n"
+        "cache = stack_data.Source._class_local('__source_cache_with_lines', {})\n"
+        "print(any(name.endswith('torch/_tensor.py') for name, _ in cache))"
+    )
+    twice = "p = torch.ones(2, requires_grad=True)\nloss = (p * p).sum()\nloss.backward()\nloss.backward()"
+    forked, cold = (run(parsed, twice, fork=fork, timeout=60) for fork in (True, False))
+    assert (printed(forked[0]), printed(cold[0])) == ("True\n", "False\n")
+    tracebacks = [[o.traceback for o in cells[1].outputs if o.output_type == "error"] for cells in (forked, cold)]
+    assert tracebacks[0] == tracebacks[1] and len(tracebacks[0]) == 1
+    assert "torch/_tensor.py" in "".join(tracebacks[0][0])
+
+
 def test_each_forked_kernel_has_its_own_network_mounts_and_tmp():
     """A forked kernel has a network namespace of its own (its Unix sockets list lacks the server's control socket)
     and a /tmp of its own (a tmpfs mounted over the server's); its loopback is up."""
