@@ -111,7 +111,12 @@ PRELOAD = (
 first traceback), found by listing a kernel's ``sys.modules`` after each notebook. ``matplotlib.pyplot`` only
 loads its backend at the first figure, in the kernel (checked: the same figures as unforked kernels)."""
 
-TRACEBACK_SOURCES = ("torch/_tensor.py", "torch/autograd/__init__.py", "torch/autograd/graph.py", "torch/cuda/__init__.py")
+TRACEBACK_SOURCES = (
+    "torch/_tensor.py",
+    "torch/autograd/__init__.py",
+    "torch/autograd/graph.py",
+    "torch/cuda/__init__.py",
+)
 """torch's files (relative to its package folder) that the course's tracebacks pass through: ``backward``,
 ``autograd.grad``, a CUDA call on a machine without one. Found by listing the files named in the error outputs of
 a benchmark batch (28 notebooks, 114 error outputs)."""
