@@ -43,7 +43,17 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # sandbox, and a kernel that dies or hangs costs only its cell) and the verdict
 # outside the kernel right after execution (autograder/verdict.py): a test cell whose recorded check values do
 # not pass against the reference solution's run gets an error, so it scores 0. SaveAutoGrades is extended
-# (autograder/handgrades.py) so that re-grading keeps a hand grade of an unchanged answer final.
+# (autograder/handgrades.py) so that re-grading keeps a hand grade of an unchanged answer final. Both passes'
+# CheckCellMetadata checks nbgrader's schema once, not for every cell, and the exporter writes each notebook
+# without copying it once more (autograder/autograde.py). The sanitising steps are nbgrader's defaults otherwise;
+# the batch sanitises with the same list before it executes (autograder/batch.py).
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "autograder.autograde.CheckCellMetadata",
+]
 c.Autograde.autograde_preprocessors = [
     "autograder.execute.Execute",
     "autograder.verdict.CompareRecords",
@@ -52,8 +62,9 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.LimitOutput",
     "autograder.handgrades.KeepHandGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata",
+    "autograder.autograde.CheckCellMetadata",
 ]
+c.Autograde.exporter_class = "autograder.autograde.AutogradedNotebookExporter"
 
 # Students' HTML and JavaScript (markdown answers, text/html and text/markdown outputs) are sanitised by
 # nbconvert's SanitizeHTML (bleach: unsafe tags and attributes escaped, script-like outputs dropped) and

@@ -58,18 +58,16 @@ from typing import Any
 
 import nbformat
 import psutil
-from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec
+from nbconvert.preprocessors import Preprocessor
+from nbgrader.converters import Autograde
 from tqdm import tqdm
 from traitlets.config import Config, PyFileConfigLoader
+from traitlets.utils.importstring import import_item
 
 from . import verdict
 from .course import Course, die_with_parent
 from .execute import STORE, Execute, execution_key, folder_files, stored_path
 from .intake import Submission
-
-SANITIZE = (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata)
-"""nbgrader autograde's default ``sanitize_preprocessors``, in its order (the course does not change them)."""
-
 
 @dataclass(frozen=True)
 class Job:
@@ -181,9 +179,10 @@ class Batch:
         course = self.course
         config = job_config(course, isolated=self.isolated)
         settings = Execute(config=Config(config)).settings()
+        sanitize = sanitize_preprocessors(course)
         store = course.root / STORE
         store.mkdir(exist_ok=True)
-        jobs_by_submission = [jobs_of(course, submission, config, settings) for submission in submissions]
+        jobs_by_submission = [jobs_of(course, submission, config, settings, sanitize) for submission in submissions]
         jobs = [job for found in jobs_by_submission for job in found]
         if self.no_cache:
             for path in [stored_path(course.root, job.key) for job in jobs]:
@@ -391,8 +390,25 @@ def job_config(course: Course, *, isolated: bool) -> dict[str, Any]:
     return {"Execute": dict(loaded.get("Execute", {})), "SandboxedKernelManager": sandbox}
 
 
-def jobs_of(course: Course, submission: Submission, config: dict[str, Any], settings: dict[str, Any]) -> list[Job]:
-    """A job for each notebook of a placed submission, sanitised as nbgrader autograde does.
+def sanitize_preprocessors(course: Course) -> list[type[Preprocessor]]:
+    """nbgrader autograde's ``sanitize_preprocessors`` (the classes, in order) as the course's nbgrader_config.py
+    sets them, nbgrader's default if it does not."""
+    loaded = PyFileConfigLoader("nbgrader_config.py", path=str(course.root)).load_config()
+    names = loaded.get("Autograde", {}).get("sanitize_preprocessors")
+    if names is None:
+        return list(Autograde.class_traits()["sanitize_preprocessors"].default())
+    return [import_item(name) if isinstance(name, str) else name for name in names]
+
+
+def jobs_of(
+    course: Course,
+    submission: Submission,
+    config: dict[str, Any],
+    settings: dict[str, Any],
+    sanitize: list[type[Preprocessor]],
+) -> list[Job]:
+    """A job for each notebook of a placed submission, sanitised as nbgrader autograde does (``sanitize``:
+    :func:`sanitize_preprocessors`).
 
     A notebook nbgrader's sanitising rejects gets no job: nbgrader reports it.
     """
@@ -411,7 +427,7 @@ def jobs_of(course: Course, submission: Submission, config: dict[str, Any], sett
         }
         try:
             notebook = nbformat.read(path, as_version=4)
-            for preprocessor in SANITIZE:
+            for preprocessor in sanitize:
                 notebook, resources = preprocessor().preprocess(notebook, resources)
         except Exception:  # nbgrader reports the same problem when it autogrades this notebook
             continue
