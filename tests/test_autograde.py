@@ -83,7 +83,12 @@ def test_the_schema_is_checked_once_per_process(monkeypatch):
     checked = []
     kind = jsonschema.validators.validator_for(StockMetadataValidator().schema)
     original = kind.check_schema.__func__
-    monkeypatch.setattr(kind, "check_schema", classmethod(lambda cls, schema: checked.append(1) or original(cls, schema)))
+
+    def counted(cls, schema):
+        checked.append(schema)
+        return original(cls, schema)
+
+    monkeypatch.setattr(kind, "check_schema", classmethod(counted))
     monkeypatch.setattr(MetadataValidator, "_validators", {})
     for assignment_id in ASSIGNMENTS:
         CheckCellMetadata().preprocess(reference(assignment_id), {})
