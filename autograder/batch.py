@@ -69,6 +69,7 @@ from .course import Course, die_with_parent
 from .execute import STORE, Execute, execution_key, folder_files, stored_path
 from .intake import Submission
 
+
 @dataclass(frozen=True)
 class Job:
     """One notebook to execute: everything a worker needs, so that it needs no shared file system."""
