@@ -15,7 +15,7 @@ writer, :mod:`autograder.session`), so what it spends per notebook is serial. Me
   its own copy, already validated after its preprocessors (``Exporter.optimistic_validation``), and dropped
   once written. :class:`AutogradedNotebookExporter` writes that copy in place, to the same bytes.
 
-Together: 0.16 to 0.125 s of CPU per notebook in that process. The sanitising the batch does before executing
+Together: 0.16 to 0.127 s of CPU per notebook in that process. The sanitising the batch does before executing
 (:func:`autograder.batch.jobs_of`, serial in the ``grade`` command) uses the same ``CheckCellMetadata``.
 Both classes are named in ``nbgrader_config.py`` (``Autograde.sanitize_preprocessors``,
 ``Autograde.autograde_preprocessors`` and ``Autograde.exporter_class``).
