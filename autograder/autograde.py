@@ -74,6 +74,8 @@ class CheckCellMetadata(preprocessors.CheckCellMetadata):
 
     Raises:
         nbgrader.nbgraderformat.ValidationError: as nbgrader's, with its message and log lines.
+        nbgrader.nbgraderformat.SchemaTooOldError, SchemaTooNewError: a cell's schema version is not nbgrader's
+            (nbgrader's step lets these through as well).
     """
 
     def preprocess(self, nb: NotebookNode, resources: dict[str, Any]) -> tuple[NotebookNode, dict[str, Any]]:
