@@ -25,8 +25,8 @@ missing=()
 if [ ${#missing[@]} -gt 0 ]; then
   apt_get=(apt-get)
   [ "$(id -u)" -eq 0 ] || apt_get=(sudo apt-get)
-  "${apt_get[@]}" install -y -qq --no-install-recommends "${missing[@]}" > /dev/null \
-    || { "${apt_get[@]}" update -qq && "${apt_get[@]}" install -y -qq --no-install-recommends "${missing[@]}" > /dev/null; } \
+  install=("${apt_get[@]}" install -y -qq --no-install-recommends "${missing[@]}")
+  "${install[@]}" > /dev/null || { "${apt_get[@]}" update -qq && "${install[@]}" > /dev/null; } \
     || { echo "the browser tests need Debian's ${missing[*]}: as root, apt-get install ${missing[*]}" >&2; exit 2; }
 fi
 
