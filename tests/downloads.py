@@ -251,6 +251,7 @@ def impersonations(work: str, blank: str) -> dict[str, Impersonation]:
     canvas_ada = "lovelaceada_1001_5001_work.zip"
     late_bb = bb.format("bbronte", "2026-12-01-00-00-00")
     attack_zip = bb.format("alovelace", "2026-11-30-18-30-00") + "_work.zip"
+    zoe_zip = bb.format("zoe", "2026-11-30-09-00-00") + "_work.zip"
     found = {
         "nbgrader: a folder named as another student's, with nbgrader's timestamp.txt": Impersonation(
             {f"alice/{nb}": blank, f"alice/01_tensors/bob/{nb}": blank,
@@ -316,6 +317,15 @@ def impersonations(work: str, blank: str) -> dict[str, Impersonation]:
             {"alovelace": f"{bb.format('alovelace', '2026-11-30-18-30-00')}_01_tensors.ipynb",
              "bbronte": f"{bb.format('bbronte', '2026-11-30-08-00-00')}_01_tensors.ipynb"},
             {f"{attack_zip}!{late_bb}_01_tensors.ipynb": "alovelace", f"{attack_zip}!{late_bb}.txt": "alovelace"},
+        ),
+        "blackboard: a receipt in an attempt's zip giving another's attempt to the uploader": Impersonation(
+            {**blackboard_attempt("bbronte", "Bea Bronte", "2026-11-30-08-00-00", work),
+             **blackboard_attempt("zoe", "Zoe Zed", "2026-11-30-09-00-00", blank),
+             zoe_zip: zip_bytes({f"{bb.format('bbronte', '2026-11-30-08-00-00')}.txt": BLACKBOARD_RECEIPT.format(
+                 name="Zoe Zed", user="zoe", stamp="2026-11-30-08-00-00", when="Friday, 1 January 2030")})},
+            {"zoe": f"{bb.format('zoe', '2026-11-30-09-00-00')}_01_tensors.ipynb",
+             "bbronte": f"{bb.format('bbronte', '2026-11-30-08-00-00')}_01_tensors.ipynb"},
+            {f"{zoe_zip}!{bb.format('bbronte', '2026-11-30-08-00-00')}.txt": "zoe"},
         ),
         "zip_collect: a student's zip inside the platform's zip in archive/": Impersonation(
             {"downloaded/01_tensors/archive/submissions.zip": zip_bytes({
