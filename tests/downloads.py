@@ -244,8 +244,8 @@ LATER = "2030-01-01 00:00:00 UTC"
 
 
 def impersonations(work: str, blank: str) -> dict[str, Impersonation]:
-    """Attacks, by name: an attacker plants their blank notebook named as a victim's submission (inside their own
-    folder, their own zip, their own file name), beside the victim's real work."""
+    """Attacks, by name: an attacker plants their blank notebook (or a time, a receipt, an empty zip) named as a
+    victim's submission (inside their own folder, their own zip, their own file name), beside the victim's work."""
     nb, moodle_dir, bb = "01_tensors/01_tensors.ipynb", "{}_assignsubmission_file/", "01 Tensors_{}_attempt_{}"
     ada, bea = moodle_dir.format("Ada Lovelace_31"), moodle_dir.format("Béa Brontë_32")
     canvas_ada = "lovelaceada_1001_5001_work.zip"
@@ -254,10 +254,12 @@ def impersonations(work: str, blank: str) -> dict[str, Impersonation]:
     zoe_zip = bb.format("zoe", "2026-11-30-09-00-00") + "_work.zip"
     found = {
         "nbgrader: a folder named as another student's, with nbgrader's timestamp.txt": Impersonation(
-            {f"alice/{nb}": blank, f"alice/01_tensors/bob/{nb}": blank,
-             "alice/01_tensors/bob/01_tensors/timestamp.txt": LATER, f"bob/{nb}": work},
+            {f"alice/{nb}": blank, f"alice/01_tensors/bob/{nb}": blank, f"bob/{nb}": work,
+             "alice/01_tensors/bob/01_tensors/timestamp.txt": LATER,
+             "alice/01_tensors/bob/01_tensors/more.zip": zip_bytes({})},
             {"alice": f"alice/01_tensors/bob/{nb}", "bob": f"bob/{nb}"},
-            {f"alice/01_tensors/bob/{nb}": "alice", "alice/01_tensors/bob/01_tensors/timestamp.txt": "alice"},
+            dict.fromkeys([f"alice/01_tensors/bob/{nb}", *(f"alice/01_tensors/bob/01_tensors/{name}" for name in
+                                                           ("timestamp.txt", "more.zip"))], "alice"),
         ),
         "nbgrader: a zip whose members are another student's folder, names differing in case": Impersonation(
             {f"export/alice/{nb}": blank, f"export/bob/{nb}": work,

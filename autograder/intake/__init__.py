@@ -213,6 +213,7 @@ def _read(
             for c in shape.claims(archive, metadata)
         ]
         opened_rows[archive.name] = replace(opened_rows[archive.name], student_id=" + ".join(students))
+        _flag(shape, archive, students, conflicts=conflicts, suspects=suspects)
         for student in students:
             others.setdefault(student, []).append(f"{archive.name} ({note})")
     rows += opened_rows.values()
@@ -228,11 +229,7 @@ def _read(
             mapper.map(platform_id=c.platform_id, name=c.name, email=c.email).student.student_id for c in claims
         ]
         who = " + ".join(students)
-        if named := shape.conflicts(entry):
-            claimed = f"named inside {who}'s own upload as {', '.join(named)}"
-            conflicts[entry.name] = f"{claimed}: a name in a student's upload never moves a file, it is {who}'s"
-            for student in students:
-                suspects.setdefault(student, []).append(f"{entry.name} is {claimed}: kept as this student's, read it")
+        _flag(shape, entry, students, conflicts=conflicts, suspects=suspects)
         base = claims[0].file_id.rsplit("/", 1)[-1]
         if base == TIMESTAMP:
             trusted = entry.logical in trusted_times
@@ -304,6 +301,20 @@ def _read(
         detected = f"format: zip_collect (nbgrader's downloaded/<assignment_id>/archive/) holding {detected[8:]}"
     label = f"zip_collect ({shape.name})" if hints else shape.name
     return Intake(label, detected, submissions, rows, list(mapper.mappings.values()), left_out)
+
+
+def _flag(
+    shape: Shape, entry: Entry, students: list[str], *, conflicts: dict[str, str], suspects: dict[str, list[str]]
+) -> None:
+    """Note a name inside ``entry``'s uploaders' own upload that claims another submission (:meth:`Shape.conflicts`):
+    ``conflicts[entry.name]`` is its manifest note, ``suspects[student]`` gets one for each uploader's submission
+    (then ``review``). The file stays the uploaders'."""
+    if named := shape.conflicts(entry):
+        who = " + ".join(students)
+        claimed = f"named inside {who}'s own upload as {', '.join(named)}"
+        conflicts[entry.name] = f"{claimed}: a name in a student's upload never moves a file, it is {who}'s"
+        for student in students:
+            suspects.setdefault(student, []).append(f"{entry.name} is {claimed}: kept as this student's, read it")
 
 
 def _opened_status(note: str) -> str:
