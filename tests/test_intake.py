@@ -17,6 +17,7 @@ from downloads import (
     blackboard_usernames,
     build,
     canvas_anonymous,
+    impersonations,
     canvas_names,
     hashes,
     moodle_namings,
@@ -297,6 +298,47 @@ def test_near_misses_are_graded_with_a_hint_and_unknown_assignments_listed(tmp_p
     assert rows["cy/01_tensor/01_tensor.ipynb"].note.startswith("no assignment '01_tensor': did you mean 01_tensors? (")
     assert "assignments are 01_tensors, 02_strides" in rows["cy/homework/notes.ipynb"].note
 
+
+
+ATTACKS = list(impersonations("work", "blank"))
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_a_name_inside_a_student_upload_never_gives_the_file_to_another_student(tmp_path, attack, work_and_blank):
+    """Such files were graded as the named student's work (a later time, a Canvas -N, the planted metadata won):
+    they stay the uploader's, noted on the row and the uploader's submission (review); the victim is untouched."""
+    case = impersonations(*work_and_blank)[attack]
+    download = write(tmp_path / "download", case.files)
+    found = take(download)
+    assert {s.student_id: s.source for s in found.submissions} == case.expected
+    assert [row.file for row in found.manifest] == files_in(download)
+    rows = {row.file: row for row in found.manifest}
+    for planted, uploader in case.planted.items():
+        assert rows[planted].student_id == uploader
+        assert f"named inside {uploader}'s own upload as " in rows[planted].note
+    for submission in found.submissions:
+        attacker = submission.student_id in case.planted.values()
+        claims = [note for note in submission.notes if "own upload as" in note]
+        assert submission.review == attacker and len(claims) == attacker * len(case.planted)
+        assert not attacker or claims[0].endswith("kept as this student's, read it")
+
+
+def test_a_planted_gradescope_metadata_swaps_no_identity_time_or_email(tmp_path, work_and_blank):
+    """The first submission_metadata.yml anywhere was read: Eve's own one gave Ada's work, time and e-mail to Eve."""
+    case = impersonations(*work_and_blank)["gradescope: a submission_metadata.yml in a student's folder"]
+    found = take(write(tmp_path / "download", case.files))
+    assert found.format == "gradescope"
+    emails = {m.student.student_id: m.email for m in found.mappings}
+    assert emails == {"1001": "ada@example.edu", "1002": "bea@example.edu", "1003": "eve@example.edu",
+                      "Kim_2-" + safe_id("Kim [2]").rsplit("-", 1)[1]: "kim@example.edu"}
+    times = {s.student_id: s.timestamp for s in found.submissions}
+    assert times["1001"] == datetime(2026, 11, 30, 18, 15, tzinfo=timezone.utc)
+    assert times["1003"] == datetime(2026, 11, 30, 19, tzinfo=timezone.utc)
+    rows = {row.file: row for row in found.manifest}
+    assert rows["assignment_123_export/submission_metadata.yml"].status == "platform metadata"
+    planted = rows["assignment_123_export/submission_7003/submission_metadata.yml"]
+    assert (planted.status, planted.student_id) == ("not taken", "1003")
+    assert planted.note.startswith("not a notebook") and "as submission_metadata.yml: " in planted.note
 
 
 def test_assignment_option_grades_a_whole_download_as_one_assignment(tmp_path, work_and_blank):
@@ -751,3 +793,57 @@ def test_graded_shapes_share_executions_of_the_same_notebooks(graded_shapes):
     assert batches["canvas"].executed == 2 and batches["canvas"].stored == 0
     for shape in ("moodle", "zip_collect"):
         assert (batches[shape].executed, batches[shape].stored) == (0, 2)
+
+
+# One real grading run (nbgrader, sandbox) of a Gradescope export in which Eve (submission_7003) planted her own
+# submission_metadata.yml (giving her folder Ada's identity and a later time), the group's submission_7002/ folder,
+# and a zip holding Ada's submission_7001/ and another metadata file: every one of them is Eve's.
+
+EVE_ATTACKS = [attack for attack in ATTACKS if attack.startswith("gradescope: ")]
+
+
+@pytest.fixture(scope="module")
+def graded_impersonations(tmp_path_factory, work_and_blank):
+    from conftest import run_cli
+
+    root = tmp_path_factory.mktemp("impersonations")
+    course = copy_course(COURSE, root / "course")
+    cases = [impersonations(*work_and_blank)[attack] for attack in EVE_ATTACKS]
+    files = functools.reduce(lambda found, case: found | case.files, cases, {})
+    download = zipped(write(root / "download", files), root / "assignment_123_export.zip")
+    before = hashes(download)
+    process = run_cli("--course", str(course.root), "grade", str(download))
+    return course, process, before, download
+
+
+def test_a_graded_export_gives_no_student_another_one_s_work_grade_or_time(graded_impersonations):
+    course, process, before, download = graded_impersonations
+    assert process.returncode == 0, process.stderr
+    assert hashes(download) == before and "format: gradescope detected" in process.stdout
+    kim, eve = safe_id("Kim [2]"), "assignment_123_export/submission_7003/"
+    manifest = {row["file"]: (row["status"], row["student_id"]) for row in read_csv(course.root / "manifest.csv")}
+    assert manifest == {
+        "assignment_123_export/submission_metadata.yml": ("platform metadata", ""),
+        "assignment_123_export/submission_7001/01_tensors.ipynb": ("graded", "1001"),
+        "assignment_123_export/submission_7002/01_tensors.ipynb": ("graded", f"1002 + {kim}"),
+        f"{eve}01_tensors.ipynb": ("copy not graded", "1003"),
+        f"{eve}submission_7002/01_tensors.ipynb": ("copy not graded", "1003"),
+        f"{eve}submission_metadata.yml": ("not taken", "1003"),
+        f"{eve}work.zip": ("archive opened", ""),
+        f"{eve}work.zip!submission_7001/01_tensors.ipynb": ("graded", "1003"),
+        f"{eve}work.zip!submission_metadata.yml": ("not taken", "1003"),
+    }
+    full = next(s for s in samples(COURSE, ASSIGNMENT) if s.student_id == "reference").expected_total
+    grades = {row["student_id"]: row for row in read_csv(course.root / "grades.csv")}
+    assert {sid: float(row["score"]) for sid, row in grades.items()} == {"1001": full, "1002": 0, kim: 0, "1003": 0}
+    assert {sid: row["timestamp"][:19] for sid, row in grades.items()} == {
+        "1001": "2026-11-30 18:15:00", "1002": "2026-11-30 17:00:00", kim: "2026-11-30 17:00:00",
+        "1003": "2026-11-30 19:00:00"}
+    assert {sid: row["email"] for sid, row in grades.items()} == {
+        "1001": "ada@example.edu", "1002": "bea@example.edu", kim: "kim@example.edu", "1003": "eve@example.edu"}
+    tasks = read_csv(course.root / "task_results.csv")
+    status = {row["student_id"]: row["submission_status"] for row in tasks}
+    assert status == {"1001": "ok", "1002": "unattempted", kim: "unattempted", "1003": "review"}
+    (eve_notes,) = {row["notes"] for row in tasks if row["student_id"] == "1003"}
+    assert eve_notes.count("own upload as") == 4 and "submission_7001" in eve_notes
+    assert all("own upload" not in row["notes"] for row in tasks if row["student_id"] != "1003")

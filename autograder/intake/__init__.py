@@ -9,6 +9,18 @@ instructor (``--format``). Archives inside it are opened within bounds
 line in the manifest: graded, a copy not graded (and which one was), the
 platform's metadata, or not taken and why. The download is only ever read.
 
+Who a file belongs to is decided by where the platform put it: the download's
+own layout (the shallowest level at which the platform's naming rule applies,
+wrapper folders above it allowed; for an archive's member, the outermost
+archive the rule names) and the platform's metadata at the download's root
+(Gradescope's ``submission_metadata.yml`` beside the ``submission_<id>/``
+folders, Blackboard's receipts), never a name or a claim inside a student's
+own upload (a subfolder, an archive member, a file named as the platform's
+metadata). Such a name naming another submission never moves the file: it
+stays the uploader's (one of their files or copies), the manifest row says
+what it claimed, and the uploader's submission notes it and is ``review``;
+the other student keeps exactly their own work (see :mod:`.shapes`).
+
 Which copy is graded when a student handed in more than one notebook for an
 assignment (a resubmission, two sections, a draft beside the final, a blank
 notebook beside a filled one): the latest submission time the platform gives,
@@ -192,6 +204,8 @@ def _read(
     candidates: dict[tuple[str, str], list[_Candidate]] = {}
     mapper = Mapper(roster, format=shape.name)
     others: dict[str, list[str]] = {}
+    conflicts: dict[str, str] = {}  # file -> what a name inside its uploader's upload claimed (its manifest note)
+    suspects: dict[str, list[str]] = {}  # student -> the notes of such files of theirs: their submission is review
     for archive, note in listing.unopened:
         # A student whose archive is refused or holds nothing is still a student of the download.
         students = [
@@ -199,6 +213,7 @@ def _read(
             for c in shape.claims(archive, metadata)
         ]
         opened_rows[archive.name] = replace(opened_rows[archive.name], student_id=" + ".join(students))
+        _flag(shape, archive, students, conflicts=conflicts, suspects=suspects)
         for student in students:
             others.setdefault(student, []).append(f"{archive.name} ({note})")
     rows += opened_rows.values()
@@ -214,6 +229,7 @@ def _read(
             mapper.map(platform_id=c.platform_id, name=c.name, email=c.email).student.student_id for c in claims
         ]
         who = " + ".join(students)
+        _flag(shape, entry, students, conflicts=conflicts, suspects=suspects)
         base = claims[0].file_id.rsplit("/", 1)[-1]
         if base == TIMESTAMP:
             trusted = entry.logical in trusted_times
@@ -259,6 +275,9 @@ def _read(
         if others.get(student_id):
             names = others[student_id]
             submission.notes.append(f"files not graded: {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}")
+        if student_id in suspects:
+            submission.notes += suspects[student_id]
+            submission.review = True
         if student_id in shared:
             submission.notes.append(shared[student_id])
             submission.review = True
@@ -267,15 +286,35 @@ def _read(
         rows += copies
     placed = {s.student_id for s in submissions}
     left_out = {
-        m.student.student_id: [*others.get(m.student.student_id, []), *filter(None, [shared.get(m.student.student_id)])]
+        m.student.student_id: [
+            *others.get(m.student.student_id, []),
+            *suspects.get(m.student.student_id, []),
+            *filter(None, [shared.get(m.student.student_id)]),
+        ]
         for m in mapper.mappings.values()
         if m.student.student_id not in placed
     }
+    rows = [replace(r, note="; ".join(filter(None, [r.note, conflicts[r.file]]))) if r.file in conflicts else r
+            for r in rows]
     rows = _one_row_per_file(rows)
     if hints:
         detected = f"format: zip_collect (nbgrader's downloaded/<assignment_id>/archive/) holding {detected[8:]}"
     label = f"zip_collect ({shape.name})" if hints else shape.name
     return Intake(label, detected, submissions, rows, list(mapper.mappings.values()), left_out)
+
+
+def _flag(
+    shape: Shape, entry: Entry, students: list[str], *, conflicts: dict[str, str], suspects: dict[str, list[str]]
+) -> None:
+    """Note a name inside ``entry``'s uploaders' own upload that claims another submission (:meth:`Shape.conflicts`):
+    ``conflicts[entry.name]`` is its manifest note, ``suspects[student]`` gets one for each uploader's submission
+    (then ``review``). The file stays the uploaders'."""
+    if named := shape.conflicts(entry):
+        who = " + ".join(students)
+        claimed = f"named inside {who}'s own upload as {', '.join(named)}"
+        conflicts[entry.name] = f"{claimed}: a name in a student's upload never moves a file, it is {who}'s"
+        for student in students:
+            suspects.setdefault(student, []).append(f"{entry.name} is {claimed}: kept as this student's, read it")
 
 
 def _opened_status(note: str) -> str:
@@ -304,11 +343,13 @@ def _zip_collect(
     """Entries of zip_collect's archive/ rebased to it, the assignment each comes from, and rows for the rest.
 
     Without a ``downloaded/<assignment_id>/archive/`` (or ``extracted/`` alone)
-    in the download's path, the entries are returned as they are.
+    in the download's path, the entries are returned as they are. The folder
+    is looked for outside every archive (in an entry's outermost archive's path,
+    else its own): one inside an archive is a student's upload, not nbgrader's.
     """
     pattern = re.compile(ZIP_COLLECT.format(ids="|".join(re.escape(a) for a in ids) or "(?!)"))
     context = "/".join(download.resolve().parts[-2:])
-    found = {entry.name: pattern.match(f"{context}/{entry.logical}") for entry in entries}
+    found = {entry.name: pattern.match(f"{context}/{(*entry.archives, entry.logical)[0]}") for entry in entries}
     steps = {match["step"] for match in found.values() if match}
     if not steps:
         if forced:
@@ -319,9 +360,10 @@ def _zip_collect(
     for entry in entries:
         match = found[entry.name]
         if match and match["step"] == step:
-            prefix = entry.logical[: len(entry.logical) - len(match["rest"])]
+            outer = (*entry.archives, entry.logical)[0]
+            prefix = outer[: len(outer) - len(match["rest"])]
             archives = tuple(a[len(prefix) :] if a.startswith(prefix) else a for a in entry.archives)
-            kept.append(replace(entry, logical=match["rest"], archives=archives))
+            kept.append(replace(entry, logical=entry.logical[len(prefix) :], archives=archives))
             hints[entry.name] = match["assignment_id"]
         elif match:
             note = "zip_collect's extracted copy of archive/ (archive/ is read)"

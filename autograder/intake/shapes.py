@@ -4,9 +4,24 @@ Each shape's ``named_regexp`` follows the contract of nbgrader's zip_collect
 (``nbgrader/plugins/zipcollect.py``: ``student_id`` and ``file_id`` named
 groups, optionally ``first_name``, ``last_name``, ``email``, ``timestamp``) and
 is applied, through nbgrader's own ``FileNameCollectorPlugin``, to a file's
-POSIX path in the download; as they start with ``(?:.*/)?`` they also work as
+POSIX path in the download; as they start with ``(?:.*?/)??`` (any wrapper
+folders above the platform's layout) they also work as
 ``c.FileNameCollectorPlugin.named_regexp`` for ``nbgrader zip_collect``,
-which matches absolute paths. Naming rules, from each platform's documents:
+which matches absolute paths.
+
+Who a file belongs to is decided by where the platform put it, never by a name
+inside a student's upload: the rule is applied at the shallowest level of a
+path where it holds (the wrapper prefix is lazy, a name part is the first that
+fits), and to a file inside an archive it is applied to the outermost archive
+it names (a Canvas ``lovelaceada_1001_5001_work.zip`` is Ada's, whatever its
+members are called); an archive the rule does not name (a platform's zip in
+zip_collect's ``archive/``, a wrapper zip) is a wrapper. What lies below that
+level is the student's own upload: a name there that the rule would read as
+another submission (``alice/01_tensors/bob/01_tensors/...``, a Moodle folder in
+a Moodle folder, a Gradescope ``submission_<id>/`` or ``submission_metadata.yml``
+in a submission) is a conflict (:meth:`Shape.conflicts`), and the platform's
+own files (Blackboard's receipts, Gradescope's metadata) are only read outside
+every student's upload. Naming rules, from each platform's documents:
 
 - ``nbgrader``: ``<student_id>/<assignment_id>/<notebook>.ipynb``, nbgrader's
   own ``submitted/`` layout (what ``nbgrader collect`` and ``zip_collect``
@@ -34,10 +49,10 @@ which matches absolute paths. Naming rules, from each platform's documents:
   names (the very example of nbgrader's ``named_regexp`` help). Assignment
   names and usernames may both hold ``_``: the username is the receipt's, else
   what follows the assignment name, the prefix all files of the download share.
-- ``gradescope``: "Export Submissions" holds ``submission_<id>/`` folders and
-  ``submission_metadata.yml`` mapping each folder to ``:submitters:`` (``:name:``,
-  ``:sid:``, ``:email:``; several for a group) and ``:created_at:``, the time
-  Gradescope received it.
+- ``gradescope``: "Export Submissions" holds ``submission_<id>/`` folders and,
+  beside them, ``submission_metadata.yml`` mapping each folder to
+  ``:submitters:`` (``:name:``, ``:sid:``, ``:email:``; several for a group)
+  and ``:created_at:``, the time Gradescope received it.
 - ``zip_collect``: nbgrader's ``downloaded/<assignment_id>/archive/`` folder
   holding a platform's download (``extracted/`` beside it is zip_collect's
   copy, not read again); the assignment comes from the folder, the students
@@ -114,19 +129,60 @@ class Shape:
         """Whose ``entry`` is; empty when its path is not in this shape (a group submission: one claim per student)."""
         return self.strict_claims(entry, metadata)
 
+    def owner(self, entry: Entry) -> tuple[dict, int] | None:
+        """The platform's naming of ``entry``: the groups of the first of its archives (outermost first), then of
+        its own path, that the rule names at its shallowest level, and that one's index in
+        ``(*entry.archives, entry.logical)``; None when none is named so."""
+        for index, path in enumerate((*entry.archives, entry.logical)):
+            if (groups := self.match(path)) is not None:
+                return groups, index
+        return None
+
     def strict_claims(self, entry: Entry, metadata: dict) -> list[Claim]:
-        """Claims by the shape's regular expression on the path or, inside an archive, the archive's (innermost first).
+        """Claims by the shape's regular expression on the path or, inside an archive, the outermost archive it
+        names (:meth:`owner`), the member's own name then being the file's.
 
         Detection counts these: they are what the platform's naming rule produces.
         """
-        groups = self.match(entry.logical)
-        for archive in reversed(entry.archives):
-            if groups is not None:
-                break
-            groups = self.match(archive)
-            if groups is not None:
-                groups["file_id"] = entry.logical.rsplit("/", 1)[-1]
-        return [] if groups is None else self.read(groups, metadata)
+        found = self.owner(entry)
+        if found is None:
+            return []
+        groups, index = found
+        if index < len(entry.archives):
+            groups["file_id"] = entry.logical.rsplit("/", 1)[-1]
+        return self.read(groups, metadata)
+
+    def conflicts(self, entry: Entry) -> list[str]:
+        """The submissions that ``entry``'s names inside its owner's own upload claim to be, other than the owner's.
+
+        The upload is what lies below the platform's naming (:meth:`owner`): the
+        file's name past the platform's part, and each archive member's path in
+        its archive. Each is read by the rule at every level; a different
+        :meth:`identity` (a username, a participant id, a ``submission_<id>``)
+        is a conflict, given as that identity, sorted. The
+        file stays the owner's whatever these say; empty when nothing claims
+        another submission or ``entry`` is in no submission.
+        """
+        found = self.owner(entry)
+        if found is None:
+            return []
+        groups, index = found
+        chain = (*entry.archives, entry.logical)
+        inside = [groups["file_id"] or ""]
+        for archive, member in zip(chain[index:], chain[index + 1 :]):
+            inside.append(member[len(archive.rsplit("/", 1)[0]) + 1 :] if "/" in archive else member)
+        named = set()
+        for path in inside:
+            parts = path.split("/")
+            for depth in range(len(parts)):
+                other = self.match("/".join(parts[depth:]))
+                if other is not None and self.identity(other) != self.identity(groups):
+                    named.add(self.identity(other))
+        return sorted(named)
+
+    def identity(self, groups: dict) -> str:
+        """The submission a matched path names, as the rule's groups give it (its ``student_id``)."""
+        return groups["student_id"]
 
     def read(self, groups: dict, metadata: dict) -> list[Claim]:
         """The claims of one matched path; ``metadata`` is what :meth:`metadata` read."""
@@ -151,7 +207,7 @@ class Nbgrader(Shape):
 
     def regexp(self) -> str:
         ids = "|".join(re.escape(a) for a in self.assignment_ids) or "(?!)"
-        return rf"(?:.*/)?(?P<student_id>[^/]+)/(?P<assignment_id>{ids})/(?P<file_id>(?:[^/]+/)*[^/]+)$"
+        return rf"(?:.*?/)??(?P<student_id>[^/]+)/(?P<assignment_id>{ids})/(?P<file_id>(?:[^/]+/)*[^/]+)$"
 
     LOOSE = r"(?:.*/)?(?P<student_id>[^/]+)/(?P<assignment_id>[^/]+)/(?P<file_id>[^/]+)$"
     """``<student>/<folder>/<file>`` with any folder name: a near miss of an assignment id gets its hint."""
@@ -174,12 +230,15 @@ class Canvas(Shape):
         "(Canvas Download Submissions)"
     )
     named_regexp = (
-        r"(?:.*/)?(?:(?P<anonymous_late>LATE_)?(?P<anonymous_id>anon_[0-9A-Za-z]+)"
+        r"(?:.*?/)??(?:(?P<anonymous_late>LATE_)?(?P<anonymous_id>anon_[0-9A-Za-z]+)"
         r"|(?P<name>[^/_]+)(?P<late>_LATE|_late)?_(?P<student_id>\d+))_(?P<attachment_id>\d+)_(?P<file_id>[^/]+)$"
     )
     """Canvas's ``ContentZipper#get_filename``: ``<sortable name>[_LATE]_<user id>``, or with anonymous grading
     ``[LATE_]anon_<anonymous id>`` (no name), then ``_<file id>_<file name>``. The anonymous form is tried first,
     so an all-digit anonymous id is not read as a student named "anon"."""
+
+    def identity(self, groups: dict) -> str:
+        return groups["anonymous_id"] or groups["student_id"]
 
     def read(self, groups: dict, metadata: dict) -> list[Claim]:
         if groups["anonymous_id"]:
@@ -193,17 +252,18 @@ class Moodle(Shape):
     name = "moodle"
     description = "<Full Name>_<id>_assignsubmission_file/<file> or, flat, ..._file_<file> (Moodle Download all)"
     named_regexp = (
-        r"(?:.*/)?(?P<name>[^/]+)_(?P<student_id>\d+)_assignsubmission_(?:file|onlinetext)(?:_?/|_)"
+        r"(?:.*?/)??(?P<name>[^/]+?)_(?P<student_id>\d+)_assignsubmission_(?:file|onlinetext)(?:_?/|_)"
         r"(?P<file_id>(?:[^/]+/)*[^/]+)$"
     )
-    """In folders ``..._file/`` (Moodle 4), ``..._file_/`` (Moodle 3), or flat ``..._file_<file>``."""
+    """In folders ``..._file/`` (Moodle 4), ``..._file_/`` (Moodle 3), or flat ``..._file_<file>``; the name is the
+    shortest that fits, so a flat file handed in as ``Bea_32_assignsubmission_file_x`` stays its uploader's."""
 
 
 class Blackboard(Shape):
     name = "blackboard"
     description = "<assignment>_<user>_attempt_<YYYY-MM-DD-HH-MM-SS>_<file> and a .txt receipt (Blackboard)"
     named_regexp = (
-        r"(?:.*/)?(?P<student_id>[^/]+?)_attempt_"
+        r"(?:.*?/)??(?P<student_id>[^/]+?)_attempt_"
         r"(?P<timestamp>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)(?:_(?P<file_id>[^/]+)|\.txt)$"
     )
     """``student_id`` is the attempt's prefix, ``<assignment>_<username>``: :meth:`metadata` splits it."""
@@ -225,8 +285,11 @@ class Blackboard(Shape):
         attempts share. A download of one student without receipt keeps the
         whole prefix as the id (never a guess at the last ``_``). A receipt time
         in an unknown zone is not used (``times`` holds None for that attempt).
+        Only the platform's files are read: a receipt or attempt name inside a
+        student's upload (a member of an attempt's zip) is that student's file.
         """
-        matched = [(entry, groups) for entry in entries if (groups := self.match(entry.logical))]
+        owners = [(entry, self.owner(entry)) for entry in entries]
+        matched = [(entry, found[0]) for entry, found in owners if found and found[1] == len(entry.archives)]
         receipts = {}
         for entry, groups in matched:
             if not groups["file_id"]:
@@ -254,7 +317,7 @@ class Blackboard(Shape):
 class Gradescope(Shape):
     name = "gradescope"
     description = "submission_<id>/<file> and submission_metadata.yml (Gradescope Export Submissions)"
-    named_regexp = r"(?:.*/)?(?P<student_id>submission_\d+)/(?P<file_id>(?:[^/]+/)*[^/]+)$"
+    named_regexp = r"(?:.*?/)??(?P<student_id>submission_\d+)/(?P<file_id>(?:[^/]+/)*[^/]+)$"
 
     def read(self, groups: dict, metadata: dict) -> list[Claim]:
         return [replace(claim, file_id=groups["file_id"]) for claim in metadata.get(groups["student_id"], [])]
@@ -273,14 +336,25 @@ class Gradescope(Shape):
         )
 
     def metadata(self, entries: list[Entry]) -> tuple[dict, dict[str, str]]:
-        """The submitters and times of ``submission_metadata.yml`` (one per download; the first is read)."""
-        found = [entry for entry in entries if entry.logical.rsplit("/", 1)[-1] == GRADESCOPE_METADATA]
+        """The submitters and times of the platform's ``submission_metadata.yml`` (one per download; the first is
+        read), the one outside every ``submission_<id>/`` folder (beside them): a file of that name inside a
+        submission folder, or inside an archive one holds, is the student's (:meth:`conflicts`), never read."""
+        found = [entry for entry in entries if _is_metadata(entry.logical) and self.owner(entry) is None]
         if not found:
             return {}, {}
         metadata = gradescope_metadata(found[0].path.read_text(errors="replace"), source=found[0].name)
         notes = {found[0].name: f"Gradescope metadata: submitters and times of {len(metadata)} submission(s)"}
         notes |= {entry.name: f"another {GRADESCOPE_METADATA}: {found[0].name} is read" for entry in found[1:]}
         return metadata, notes
+
+    def conflicts(self, entry: Entry) -> list[str]:
+        """As :meth:`Shape.conflicts`, and ``submission_metadata.yml`` for such a file inside a submission."""
+        found = super().conflicts(entry)
+        return [*found, GRADESCOPE_METADATA] if _is_metadata(entry.logical) and self.owner(entry) else found
+
+
+def _is_metadata(path: str) -> bool:
+    return path.rsplit("/", 1)[-1] == GRADESCOPE_METADATA
 
 
 def _blackboard_user(prefix: str, metadata: dict) -> tuple[str, str]:
@@ -312,9 +386,10 @@ SHAPES = {shape.name: shape for shape in (Nbgrader, Canvas, Moodle, Blackboard, 
 FORMATS = ["zip_collect", *SHAPES]
 """What ``grade --format`` accepts."""
 
-ZIP_COLLECT = r"(?:^|.*/)(?P<assignment_id>{ids})/(?P<step>archive|extracted)/(?P<rest>.+)$"
+ZIP_COLLECT = r"(?:^|.*?/)(?P<assignment_id>{ids})/(?P<step>archive|extracted)/(?P<rest>.+)$"
 """nbgrader zip_collect's ``downloaded/<assignment_id>/{archive,extracted}/`` (its ``archive_directory``
-and ``extracted_directory``), matched on the download's path with its two last folders before it."""
+and ``extracted_directory``), matched on the download's path with its two last folders before it, at the
+shallowest level, outside every archive (one inside a student's zip is the student's)."""
 
 
 def gradescope_metadata(text: str, *, source: str) -> dict[str, list[Claim]]:
