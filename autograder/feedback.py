@@ -42,8 +42,9 @@ spread over the outputs of several cells are not recognised.
 
 Pages are rendered by :class:`FeedbackExporter` (nbconvert's ``HTMLExporter``, its compiled templates kept for
 the next page), which runs nothing a student wrote and fetches nothing (:mod:`autograder.safehtml`: markdown
-sanitised after it is rendered, a Content-Security-Policy with no script and no request, no MathJax), and a
-re-run keeps the pages of an earlier one made from the same inputs (:mod:`autograder.feedbackstore`).
+sanitised after it is rendered, a Content-Security-Policy with no script and no request, math drawn as images
+instead of by MathJax), and a re-run keeps the pages of an earlier one made from the same inputs
+(:mod:`autograder.feedbackstore`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ import nbformat
 from bs4 import BeautifulSoup
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.markdown_mistune import MarkdownWithMath
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 from nbformat import NotebookNode
@@ -67,7 +69,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import default
 
 from .course import HIDDEN_TEST_MARKERS, grade_id, is_autograder_tests
-from .safehtml import clean, with_policy
+from .safehtml import MathImages, clean, with_policy
 from .verdict import MISMATCH, RECORD_MIME_TYPE, reference_of
 
 STDERR_NOTE = (
@@ -332,9 +334,12 @@ class CompiledTemplates(jinja2.BytecodeCache):
 COMPILED_TEMPLATES = CompiledTemplates()
 
 
-ACCESSIBILITY_TARGETS = re.compile(r"<img\b|jp-Cell-inputWrapper|jp-OutputArea-output", re.IGNORECASE)
-"""What ``HTMLExporter``'s last pass changes in a page: images without an alt text, and the lab template's cell
-inputs and outputs it makes focusable. A page without any of these it only parses and writes out again."""
+ACCESSIBILITY_TARGETS = re.compile(
+    r"<img\b(?![^>]*\salt=)|jp-Cell-inputWrapper|jp-OutputArea-output", re.IGNORECASE
+)
+"""What ``HTMLExporter``'s last pass changes in a page: images without an alt text (math drawn as images has its
+TeX as one), and the lab template's cell inputs and outputs it makes focusable. A page without any of these it
+only parses and writes out again."""
 NO_MATHJAX = jinja2.DictLoader({"mathjax.html.j2": "{%- macro mathjax(url=None) -%}{%- endmacro %}"})
 """nbconvert's ``mathjax.html.j2`` (MathJax from a CDN, and a configuration block it evaluates as script) replaced
 by a macro that writes nothing: a page loads no script (:data:`autograder.safehtml.CONTENT_SECURITY_POLICY`)."""
@@ -357,8 +362,9 @@ class FeedbackExporter(HTMLExporter):
 
     and so that a page runs and fetches nothing a student wrote (:mod:`autograder.safehtml`): markdown (cells,
     outputs, comments) is sanitised after it is rendered (nbgrader's template renders markdown cells without
-    ``clean_html``), the notebook's name is escaped where the template writes it, the page loads no MathJax
-    (:data:`NO_MATHJAX`) and carries :data:`autograder.safehtml.CONTENT_SECURITY_POLICY` in its ``<head>``.
+    ``clean_html``) and its math drawn as images, the notebook's name is escaped where the template writes it, the
+    page loads no MathJax (:data:`NO_MATHJAX`) and carries :data:`autograder.safehtml.CONTENT_SECURITY_POLICY`
+    in its ``<head>``.
     """
 
     @default("extra_loaders")
@@ -367,9 +373,18 @@ class FeedbackExporter(HTMLExporter):
 
     @jinja2.pass_context
     def markdown2html(self, context: jinja2.runtime.Context, source: str) -> str:
-        """``HTMLExporter.markdown2html`` (math kept as TeX, attachments as ``data:`` images), its HTML sanitised
-        by :func:`autograder.safehtml.clean`."""
-        return clean(super().markdown2html(context, source))
+        """``HTMLExporter.markdown2html`` of nbconvert 7.17 (attachments as ``data:`` images) with math drawn as
+        images (:class:`autograder.safehtml.MathImages`), its HTML sanitised by :func:`autograder.safehtml.clean`."""
+        renderer = MathImages(
+            escape=False,
+            attachments=context.get("cell", {}).get("attachments", {}),
+            embed_images=self.embed_images,
+            path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+            anchor_link_text=self.anchor_link_text,
+            exclude_anchor_links=self.exclude_anchor_links,
+            **self.lexer_options,
+        )
+        return clean(MarkdownWithMath(renderer=renderer).render(source))
 
     def _create_environment(self) -> jinja2.Environment:
         environment = super()._create_environment()

@@ -21,9 +21,10 @@ link ``[t](javascript:...)`` is a live link). Three layers close that:
   request anywhere (images and fonts only from ``data:``), no ``<base>``, no form submission; so whatever a
   sanitiser misses still runs and fetches nothing. The feedback template's only scripts are MathJax's (from a
   CDN, and a configuration block it evaluates), which the page therefore does not load
-  (``FeedbackExporter`` leaves them out): math shows as its TeX source. Its styles are inline ``<style>``
-  blocks (Bootstrap's and nbconvert's CSS, inlined) and nbconvert's ANSI colours are ``style`` attributes, hence
-  ``style-src 'unsafe-inline'``; CSS can neither run script nor, with this policy, fetch anything.
+  (``FeedbackExporter`` leaves them out): math is drawn as images instead (:class:`MathImages`). Its styles are
+  inline ``<style>`` blocks (Bootstrap's and nbconvert's CSS, inlined), and nbconvert's ANSI colours and the
+  math images' baselines are ``style`` attributes, hence ``style-src 'unsafe-inline'``; CSS can neither run
+  script nor, with this policy, fetch anything.
 
 What HTML a policy in a ``<meta http-equiv>`` element may say, and that it applies to what follows it in the
 document: the CSP Level 3 specification, section "Delivering a policy via the meta element" (``frame-ancestors``,
@@ -34,12 +35,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import html
+import io
 import re
 import urllib.parse
 from typing import Any
 
 import bleach
 from bleach.css_sanitizer import CSSSanitizer
+from matplotlib import mathtext
+from nbconvert.filters.markdown_mistune import IPythonRenderer
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbformat import NotebookNode
 
@@ -73,7 +79,7 @@ TAGS = frozenset(
 ATTRIBUTES = {
     "*": {"class", "id", "title"},
     "a": {"href"},
-    "img": {"src", "alt", "width", "height"},
+    "img": {"src", "alt", "width", "height", "style"},
     "th": {"style", "align"},
     "td": {"style", "align"},
     "input": {"type", "checked", "disabled"},
@@ -113,7 +119,7 @@ CLEANER = bleach.Cleaner(
     protocols={*LINK_SCHEMES, "data"},
     strip=False,
     strip_comments=True,
-    css_sanitizer=CSSSanitizer(allowed_css_properties={"text-align"}),
+    css_sanitizer=CSSSanitizer(allowed_css_properties={"text-align", "vertical-align"}),
 )
 
 
@@ -122,6 +128,42 @@ def clean(html: str) -> str:
     escaped, so it shows as text), links only to :data:`LINK_SCHEMES` or ``#...``, images only from
     :data:`DATA_IMAGE`."""
     return CLEANER.clean(html)
+
+
+MAX_MATH_CHARS = 2000
+"""Longer TeX is left as text (matplotlib's parser is recursive, and its time grows with the formula)."""
+
+
+class MathImages(IPythonRenderer):
+    """nbconvert's markdown renderer, its math (``$...$``, ``$$...$$``) drawn as PNG images by matplotlib's
+    mathtext (the TeX as the image's ``alt`` text, its baseline aligned with the text's), for a page that runs no
+    MathJax; TeX that mathtext cannot draw (a subset of TeX: no ``\\lVert``, ``\\tfrac``, environments) stays
+    text, as nbconvert writes it."""
+
+    def inline_math(self, body: str) -> str:
+        return math_image(html.unescape(body), display=False) or super().inline_math(body)
+
+    def block_math(self, body: str) -> str:
+        return math_image(html.unescape(body), display=True) or super().block_math(body)
+
+
+@functools.lru_cache(maxsize=4096)
+def math_image(tex: str, *, display: bool) -> str | None:
+    """An ``<img>`` of ``tex`` (no ``$``) drawn by matplotlib's mathtext at 100 dpi (display math 20 % larger),
+    its baseline on the text's, or None where mathtext cannot parse it or it is longer than :data:`MAX_MATH_CHARS`.
+    Kept per process: every page of an assignment shows its instructions' formulas."""
+    if len(tex) > MAX_MATH_CHARS or not tex.strip():
+        return None
+    picture = io.BytesIO()
+    try:
+        depth = mathtext.math_to_image(f"${tex.strip()}$", picture, format="png", dpi=120 if display else 100)
+    except (ValueError, RecursionError):
+        return None
+    source = "data:image/png;base64," + base64.b64encode(picture.getvalue()).decode()
+    return (
+        f'<img class="math" src="{source}" alt="{html.escape(tex.strip())}" '
+        f'style="vertical-align: -{round(float(depth))}px">'
+    )
 
 
 def with_policy(page: str) -> str:

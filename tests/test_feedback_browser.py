@@ -116,7 +116,8 @@ OPENED = """() => ({
         .map(element => element.outerHTML.slice(0, 80)),
     policy: [...document.querySelectorAll('meta[http-equiv="Content-Security-Policy" i]')].map(meta => meta.content),
     images: [...document.images].map(image => ({
-        width: image.getAttribute('width'), loaded: image.complete && image.naturalWidth > 0})),
+        width: image.getAttribute('width'), alt: image.getAttribute('alt'),
+        loaded: image.complete && image.naturalWidth > 0})),
     text: document.body.innerText,
 })"""
 
@@ -170,13 +171,14 @@ def test_a_hostile_page_runs_and_fetches_nothing_in_chromium(feedback, chromium,
     assert MARKER in seen["text"]  # the markup is shown, as text
 
 
-def test_an_honest_page_shows_its_pictures_and_math_in_chromium(feedback, chromium):
+def test_an_honest_page_shows_its_pictures_and_its_math_drawn_in_chromium(feedback, chromium):
     seen = opened(chromium, feedback[HONEST.student_id])
     assert seen["events"] == [] and seen["requests"] == [] and seen["title"] == ASSIGNMENT
-    assert {"width": str(PICTURE_WIDTH), "loaded": True} in seen["images"]
-    assert {"width": None, "loaded": True} in seen["images"]  # the written answer's attachment
+    shown = {(image["alt"], image["width"]) for image in seen["images"] if image["loaded"]}
+    assert str(PICTURE_WIDTH) in {width for _, width in shown}  # the solution cell's picture
+    assert ("a dot", None) in shown  # the written answer's attachment
+    assert ("x^2 + y_i", None) in shown and "$x^2 + y_i$" not in seen["text"]  # its math, drawn
     assert all(image["loaded"] for image in seen["images"]), seen["images"]
-    assert "$x^2 + y_i$" in seen["text"]
 
 
 def test_the_reference_page_carries_the_policy_once_and_requests_nothing(feedback, chromium):
