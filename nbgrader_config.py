@@ -66,11 +66,13 @@ c.Autograde.autograde_preprocessors = [
 ]
 c.Autograde.exporter_class = "autograder.autograde.AutogradedNotebookExporter"
 
-# Students' HTML and JavaScript (markdown answers, text/html and text/markdown outputs) are sanitised by
-# nbconvert's SanitizeHTML (bleach: unsafe tags and attributes escaped, script-like outputs dropped) and
-# JavaScript outputs are not emitted (sanitize_html), wherever nbconvert's HTMLExporter renders a notebook
-# with this configuration: feedback pages, and formgrader, which builds its exporter from this config.
-c.HTMLExporter.preprocessors = ["nbconvert.preprocessors.sanitize.SanitizeHTML"]
+# Whatever students wrote (markdown answers and attachments, outputs of every MIME type and their metadata) is
+# sanitised by nbconvert's SanitizeHTML extended to all a template reads (autograder/safehtml.py: bleach escapes
+# unsafe tags and attributes, outputs keep only the MIME types a page shows safely, image metadata only whole
+# widths and heights) and JavaScript outputs are not emitted (sanitize_html), wherever nbconvert's HTMLExporter
+# renders a notebook with this configuration: feedback pages, and formgrader, which builds its exporter from this
+# config. Feedback pages also sanitise rendered markdown and carry a Content-Security-Policy (autograder/feedback.py).
+c.HTMLExporter.preprocessors = ["autograder.safehtml.SafeNotebook"]
 c.HTMLExporter.sanitize_html = True
 
 # nbconvert validates a notebook once, after all of an export's preprocessors, not after each of them (for

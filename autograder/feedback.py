@@ -41,12 +41,15 @@ itself); an encoding the student makes up (base64 of ``In``) and a secret
 spread over the outputs of several cells are not recognised.
 
 Pages are rendered by :class:`FeedbackExporter` (nbconvert's ``HTMLExporter``, its compiled templates kept for
-the next page), and a re-run keeps the pages of an earlier one made from the same inputs
+the next page), which runs nothing a student wrote and fetches nothing (:mod:`autograder.safehtml`: markdown
+sanitised after it is rendered, a Content-Security-Policy with no script and no request, math drawn as images
+instead of by MathJax), and a re-run keeps the pages of an earlier one made from the same inputs
 (:mod:`autograder.feedbackstore`).
 """
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -58,12 +61,15 @@ import nbformat
 from bs4 import BeautifulSoup
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.markdown_mistune import MarkdownWithMath
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import default
 
 from .course import HIDDEN_TEST_MARKERS, grade_id, is_autograder_tests
+from .safehtml import MathImages, clean, with_policy
 from .verdict import MISMATCH, RECORD_MIME_TYPE, reference_of
 
 STDERR_NOTE = (
@@ -328,9 +334,15 @@ class CompiledTemplates(jinja2.BytecodeCache):
 COMPILED_TEMPLATES = CompiledTemplates()
 
 
-ACCESSIBILITY_TARGETS = re.compile(r"<img\b|jp-Cell-inputWrapper|jp-OutputArea-output", re.IGNORECASE)
-"""What ``HTMLExporter``'s last pass changes in a page: images without an alt text, and the lab template's cell
-inputs and outputs it makes focusable. A page without any of these it only parses and writes out again."""
+ACCESSIBILITY_TARGETS = re.compile(
+    r"<img\b(?![^>]*\salt=)|jp-Cell-inputWrapper|jp-OutputArea-output", re.IGNORECASE
+)
+"""What ``HTMLExporter``'s last pass changes in a page: images without an alt text (math drawn as images has its
+TeX as one), and the lab template's cell inputs and outputs it makes focusable. A page without any of these it
+only parses and writes out again."""
+NO_MATHJAX = jinja2.DictLoader({"mathjax.html.j2": "{%- macro mathjax(url=None) -%}{%- endmacro %}"})
+"""nbconvert's ``mathjax.html.j2`` (MathJax from a CDN, and a configuration block it evaluates as script) replaced
+by a macro that writes nothing: a page loads no script (:data:`autograder.safehtml.CONTENT_SECURITY_POLICY`)."""
 
 
 class FeedbackExporter(HTMLExporter):
@@ -346,8 +358,33 @@ class FeedbackExporter(HTMLExporter):
       none of the lab template's focusable cells, and figures are not drawn while grading, so most pages skip it:
       such a page is the template's HTML as rendered, the same document (BeautifulSoup reads the same tree from
       it) written without the pass's normalisation (``<br>`` for ``<br/>``, entities kept as the template
-      escaped them). Any other page is the one ``HTMLExporter`` makes, byte for byte.
+      escaped them). Any other page is the one ``HTMLExporter`` makes, byte for byte;
+
+    and so that a page runs and fetches nothing a student wrote (:mod:`autograder.safehtml`): markdown (cells,
+    outputs, comments) is sanitised after it is rendered (nbgrader's template renders markdown cells without
+    ``clean_html``) and its math drawn as images, the notebook's name is escaped where the template writes it, the
+    page loads no MathJax (:data:`NO_MATHJAX`) and carries :data:`autograder.safehtml.CONTENT_SECURITY_POLICY`
+    in its ``<head>``.
     """
+
+    @default("extra_loaders")
+    def _extra_loaders_default(self) -> list[jinja2.BaseLoader]:
+        return [NO_MATHJAX]
+
+    @jinja2.pass_context
+    def markdown2html(self, context: jinja2.runtime.Context, source: str) -> str:
+        """``HTMLExporter.markdown2html`` of nbconvert 7.17 (attachments as ``data:`` images) with math drawn as
+        images (:class:`autograder.safehtml.MathImages`), its HTML sanitised by :func:`autograder.safehtml.clean`."""
+        renderer = MathImages(
+            escape=False,
+            attachments=context.get("cell", {}).get("attachments", {}),
+            embed_images=self.embed_images,
+            path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+            anchor_link_text=self.anchor_link_text,
+            exclude_anchor_links=self.exclude_anchor_links,
+            **self.lexer_options,
+        )
+        return clean(MarkdownWithMath(renderer=renderer).render(source))
 
     def _create_environment(self) -> jinja2.Environment:
         environment = super()._create_environment()
@@ -358,18 +395,24 @@ class FeedbackExporter(HTMLExporter):
         self, nb: NotebookNode, resources: dict[str, Any] | None = None, **kw: Any
     ) -> tuple[str, dict[str, Any]]:
         """``HTMLExporter.from_notebook_node`` of nbconvert 7.17 with its last pass run only where it has work
-        (the rest of the method as nbconvert writes it: the filters it registers, then the template)."""
+        (the rest of the method as nbconvert writes it: the filters it registers, then the template), the
+        notebook's name escaped and the page's policy added (:func:`autograder.safehtml.with_policy`)."""
         language = nb.metadata.get("language_info", {})
         lexer = language.get("pygments_lexer", language.get("name", None))
         highlight_code = self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self))
         resources = self._init_resources(resources)
+        nbgrader = resources.get("nbgrader")
+        if nbgrader and "notebook" in nbgrader:  # nbgrader's template writes it unescaped: it sees an escaped copy
+            resources["nbgrader"] = {**nbgrader, "notebook": html.escape(nbgrader["notebook"])}
         filter_data_type = WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata, parent=self, resources=resources)
         self.register_filter("highlight_code", highlight_code)
         self.register_filter("filter_data_type", filter_data_type)
         page, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        if nbgrader is not None:
+            resources["nbgrader"] = nbgrader
         if ACCESSIBILITY_TARGETS.search(page):
             page = self._accessible(page)
-        return page, resources
+        return with_policy(page), resources
 
     def _accessible(self, page: str) -> str:
         """nbconvert 7.17's last pass of ``HTMLExporter.from_notebook_node``, as it writes it."""

@@ -8,7 +8,16 @@ from bs4 import BeautifulSoup
 from nbconvert.exporters import HTMLExporter
 
 from autograder.checks import RECORD_MIME_TYPE
-from autograder.feedback import REDACTED, CompiledTemplates, FeedbackExporter, HideHiddenTests, secrets, visible_source
+from autograder.feedback import (
+    NO_MATHJAX,
+    REDACTED,
+    CompiledTemplates,
+    FeedbackExporter,
+    HideHiddenTests,
+    secrets,
+    visible_source,
+)
+from autograder.safehtml import with_policy
 
 SOURCE = """check_equal(f(1), 2, label="f(1)")
 
@@ -163,16 +172,23 @@ class CountedTemplates(CompiledTemplates):
 
 def test_feedback_pages_reuse_compiled_templates_and_stay_the_same(monkeypatch):
     """A second exporter (nbgrader makes one per submission) compiles no template the first compiled; its page is
-    the one a plain HTMLExporter renders."""
+    the one a plain HTMLExporter renders (:func:`stock`)."""
     compiled = CountedTemplates()
     monkeypatch.setattr("autograder.feedback.COMPILED_TEMPLATES", compiled)
     page = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# page"), nbformat.v4.new_code_cell("1 + 1")])
     first, _ = FeedbackExporter(template_name="lab").from_notebook_node(page)
     compiled_first = len(compiled.stored)
     second, _ = FeedbackExporter(template_name="lab").from_notebook_node(page)
-    plain, _ = HTMLExporter(template_name="lab").from_notebook_node(page)
+    plain = stock("lab", page)
     assert compiled_first > 1 and len(compiled.stored) == compiled_first
     assert first == second == plain
+
+
+def stock(template: str, notebook) -> str:
+    """The page nbconvert's HTMLExporter renders of ``notebook`` with ``template``, without MathJax and with the
+    feedback's policy (what FeedbackExporter adds; the markdown of these pages is left as it is by its cleaning)."""
+    page, _ = HTMLExporter(template_name=template, extra_loaders=[NO_MATHJAX]).from_notebook_node(notebook)
+    return with_policy(page)
 
 
 def test_a_page_with_nothing_to_make_accessible_skips_the_last_pass_and_reads_as_the_same_document():
@@ -182,10 +198,8 @@ def test_a_page_with_nothing_to_make_accessible_skips_the_last_pass_and_reads_as
     cells = [nbformat.v4.new_markdown_cell("# page<br>it's"), nbformat.v4.new_code_cell("print(1)", outputs=[text])]
     page = nbformat.v4.new_notebook(cells=cells)
     ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(page)
-    stock, _ = HTMLExporter(template_name="classic").from_notebook_node(page)
-    assert ours != stock and str(BeautifulSoup(ours, features="html.parser")) == stock
+    assert ours != stock("classic", page) and str(BeautifulSoup(ours, features="html.parser")) == stock("classic", page)
     picture = nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})
     page.cells[1].outputs.append(picture)
     ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(page)
-    stock, _ = HTMLExporter(template_name="classic").from_notebook_node(page)
-    assert ours == stock and 'alt="No description has been provided for this image"' in ours
+    assert ours == stock("classic", page) and 'alt="No description has been provided for this image"' in ours

@@ -1,0 +1,146 @@
+"""What a feedback page keeps of a student's notebook (autograder/safehtml.py), without a kernel: each attack a
+notebook can carry, rendered by FeedbackExporter with nbgrader_config.py's HTMLExporter settings; the pages
+themselves are opened in Chromium by tests/test_feedback_browser.py."""
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from traitlets.config import Config
+
+import nbgrader
+
+from autograder.feedback import FeedbackExporter
+from autograder.safehtml import CONTENT_SECURITY_POLICY, SafeNotebook, clean, math_image, with_policy
+
+FORMGRADER = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
+RUN = "alert(1)"
+PNG = "iVBORw0KGgo="
+
+
+def page_of(*cells) -> str:
+    """The page FeedbackExporter renders of ``cells`` as ``generate_feedback`` does (nbgrader's feedback template,
+    SafeNotebook and sanitize_html as nbgrader_config.py sets them)."""
+    config = Config()
+    config.HTMLExporter.preprocessors = [SafeNotebook]
+    config.HTMLExporter.sanitize_html = True
+    config.HTMLExporter.template_name = "feedback"
+    config.HTMLExporter.extra_template_basedirs = [str(FORMGRADER / "templates")]
+    bootstrap = FORMGRADER.joinpath("static", "node_modules", "bootstrap", "dist", "css")
+    config.HTMLExporter.extra_template_paths = [str(bootstrap)]
+    resources = {"nbgrader": {"notebook": "<b>name</b>", "score": 0, "max_score": 1, "late_penalty": 0}}
+    page, _ = FeedbackExporter(config=config).from_notebook_node(
+        nbformat.v4.new_notebook(cells=list(cells)), resources=resources
+    )
+    return page
+
+
+def body_of(*cells) -> str:
+    """The ``<body>`` of :func:`page_of` (its head holds the template's CSS)."""
+    return page_of(*cells).split("<body>", 1)[1]
+
+
+def rendered(body: str) -> str:
+    """The HTML of the first rendered markdown cell of a page's body."""
+    return body.split('rendered_html">', 1)[1].split("</div>", 1)[0]
+
+
+def image(mime: str, metadata: dict) -> nbformat.NotebookNode:
+    output = nbformat.v4.new_output("display_data", data={mime: PNG, "text/plain": "picture"})
+    output.metadata = metadata
+    return nbformat.v4.new_code_cell("show()", outputs=[output])
+
+
+@pytest.mark.parametrize("mime", ["image/png", "image/jpeg"])
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"MIME": {"width": f"1 onerror={RUN}"}},
+        {"height": f"1 onerror={RUN}"},
+        {"MIME": {"width": 2, "height": f"3 onload={RUN}"}},
+        {"filenames": {"MIME": "http://elsewhere.test/x.png"}},
+    ],
+    ids=["width", "top_level_height", "height", "filenames"],
+)
+def test_image_metadata_sets_no_attribute_but_whole_sizes(mime, metadata):
+    metadata = {(mime if key == "MIME" else key): value for key, value in metadata.items()}
+    if "filenames" in metadata:
+        metadata["filenames"] = {mime: metadata["filenames"]["MIME"]}
+    page = body_of(image(mime, metadata))
+    assert "onerror" not in page and "onload" not in page and "elsewhere.test" not in page
+    assert f'src="data:{mime};base64,{PNG}"' in page
+
+
+def test_an_honest_image_keeps_its_width_and_height():
+    page = body_of(image("image/png", {"image/png": {"width": 123, "height": "45"}}))
+    assert re.search(r'<img [^>]*height="45" [^>]*width="123"', page)
+
+
+@pytest.mark.parametrize(
+    "link",
+    [
+        "[t](javascript:alert(1))",
+        "[t](JaVaScRiPt:alert(1))",
+        "[t](java\tscript:alert(1))",
+        "[t](&#106;avascript:alert(1))",
+        "[t](vbscript:msgbox)",
+        "[t](data:text/html;base64,PHNjcmlwdD4=)",
+        "[t][r]\n\n[r]: javascript:alert(1)",
+    ],
+)
+def test_a_markdown_link_goes_only_to_http_https_mailto_or_the_page(link):
+    page = body_of(nbformat.v4.new_markdown_cell(link))
+    assert "href" not in rendered(page)
+    kept = body_of(nbformat.v4.new_markdown_cell("[a](https://example.org) [b](mailto:x@example.org) [c](#top)"))
+    assert all(f'href="{target}"' in kept for target in ["https://example.org", "mailto:x@example.org", "#top"])
+
+
+@pytest.mark.parametrize("source", ["http://elsewhere.test/x.png", "x.png", "javascript:alert(1)", "data:text/html,x"])
+def test_a_markdown_image_is_shown_only_from_data(source):
+    page = body_of(nbformat.v4.new_markdown_cell(f"![i]({source})"))
+    assert '<img alt="i">' in rendered(page)
+
+
+def test_an_attachment_keeps_only_images_in_base64():
+    cell = nbformat.v4.new_markdown_cell("![a](attachment:a.png) ![b](attachment:b.svg)")
+    cell.attachments = {"a.png": {"image/png": f'AAAA" onerror="{RUN}'}, "b.svg": {"image/svg+xml": "PHN2Zz4="}}
+    page = body_of(cell)
+    assert "onerror" not in page and "svg" not in page and page.count('src="data:image/png;base64,"') == 2
+
+
+def test_outputs_keep_only_the_types_a_page_shows_safely():
+    data = {
+        "text/plain": "x",
+        "application/javascript": RUN,
+        "image/svg+xml": f"<svg onload='{RUN}'/>",
+        "application/vnd.jupyter.widget-view+json": {"model_id": "1"},
+        "text/html": f"<b>bold</b><script>{RUN}</script>",
+    }
+    output = nbformat.v4.new_output("display_data", data=data)
+    output.metadata = {"text/html": {"isolated": True}}
+    page = body_of(nbformat.v4.new_code_cell("show()", outputs=[output]))
+    assert "<b>bold</b>" in page and "<script>" not in page and "<svg" not in page and "iframe" not in page
+
+
+def test_math_is_drawn_and_what_mathtext_cannot_parse_stays_text():
+    page = rendered(body_of(nbformat.v4.new_markdown_cell("$x^2$ and $\\lVert x \\rVert$ and $<b>x</b>$")))
+    drawn = re.findall(r'<img class="math" src="data:image/png;base64,[^"]+" alt="([^"]*)"', page)
+    assert drawn == ["x^2", "&lt;b&gt;x&lt;/b&gt;"] and "$\\lVert x \\rVert$" in page
+    assert math_image("{" * 1000 + "x" + "}" * 1000, display=False) is None
+
+
+def test_every_page_carries_the_policy_first_in_its_head():
+    page = page_of(nbformat.v4.new_markdown_cell("# page"))
+    head = page.index("<head>")
+    assert page.index(f'content="{CONTENT_SECURITY_POLICY}"') < page.index("<meta charset") and head < page.index(
+        "Content-Security-Policy"
+    )
+    assert "<script" not in page and "cdnjs" not in page and "<b>name</b>" not in page
+    with pytest.raises(ValueError):
+        with_policy("<html><body></body></html>")
+
+
+def test_clean_escapes_unknown_markup_and_keeps_markdowns():
+    cleaned = clean('<h2 id="x">T</h2><iframe src="x"></iframe>')
+    assert cleaned == '<h2 id="x">T</h2>&lt;iframe src="x"&gt;&lt;/iframe&gt;'
