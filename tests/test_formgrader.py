@@ -26,6 +26,9 @@ def test_formgrader_opens_in_jupyterlab_started_from_the_environment_without_act
     course = copy_course(Course(ROOT), tmp_path / "course")
     port = free_port()
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    # A scratch copy holds config and source/ only: the course's package (which nbgrader_config.py names) is found
+    # where `python -m autograder` puts it for such copies, on PYTHONPATH.
+    env["PYTHONPATH"] = str(ROOT)
     jupyter = Path(sys.executable).parent / "jupyter"
     command = [str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}"]
     command.append(f"--IdentityProvider.token={TOKEN}")
