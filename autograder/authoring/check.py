@@ -29,10 +29,10 @@ from pathlib import Path
 import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 
-from . import checks
-from .build import NBVAL_RAISES, marked, reference_cells, release_generator
-from .checks import RECORD_VERSION
-from .course import (
+from ..kernel import checks
+from .build import release_generator
+from ..kernel.checks import RECORD_VERSION
+from ..course import (
     CHECKS_MODULE,
     HIDDEN_TEST_MARKERS,
     MARKERS,
@@ -52,7 +52,8 @@ from .course import (
     regions,
     task_headings,
 )
-from .verdict import cell_records
+from ..pipeline.reference import NBVAL_RAISES, marked, reference_cells
+from ..pipeline.verdict import cell_records
 
 
 def check(course: Course, *, assignment_ids: list[str] | None = None) -> list[str]:

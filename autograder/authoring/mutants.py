@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .course import (
+from ..course import (
     CHECKS_MODULE,
     ROOT,
     Course,
@@ -467,7 +467,7 @@ def run(
     Raises:
         CourseError: a selection names nothing of the course, or the unchanged notebook fails in the harness.
     """
-    from .build import REFERENCE_ENV
+    from ..pipeline.reference import REFERENCE_ENV
 
     equivalent = equivalent_mutants() if equivalent is None else equivalent
     known = course.assignment_ids()
@@ -510,7 +510,7 @@ def _run_assignment(
     *,
     env: dict[str, str],
 ) -> list[TaskResult]:
-    from .verdict import first_mismatch
+    from ..pipeline.verdict import first_mismatch
 
     notebook = read_notebook(course.source_notebook(assignment_id))
     plan_tasks, results = {}, []
@@ -537,7 +537,7 @@ def _run_assignment(
             "MPLBACKEND": "Agg",
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         }
-        command = [sys.executable, "-c", f"from autograder.mutants import worker; worker({str(plan)!r}, {str(answers)!r})"]
+        command = [sys.executable, "-c", f"from autograder.authoring.mutants import worker; worker({str(plan)!r}, {str(answers)!r})"]
         process = subprocess.run(command, cwd=scratch, env=environment, capture_output=True, text=True, check=False)
         if process.returncode != 0:
             raise CourseError(f"mutants of {assignment_id}: the harness failed:\n{process.stdout}{process.stderr}")

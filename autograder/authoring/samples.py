@@ -60,7 +60,7 @@ from pathlib import Path
 
 import nbformat
 
-from .course import (
+from ..course import (
     ROOT,
     Course,
     CourseError,

@@ -16,7 +16,7 @@ import nbformat
 from nbgrader.validator import Validator
 from traitlets.config import Config
 
-from .course import CourseError, grade_id, is_autograder_tests, read_notebook
+from ..course import CourseError, grade_id, is_autograder_tests, read_notebook
 
 
 @dataclass

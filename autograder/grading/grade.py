@@ -28,10 +28,13 @@ from pathlib import Path
 
 from nbgrader.api import Gradebook
 
-from . import intake, report, sandbox, session
-from .batch import BatchRun
-from .course import Course, CourseError
-from .releases import update_gradebook
+from ..pipeline.intake import submissions as intake
+from ..results import report
+from ..kernel import sandbox
+from . import session
+from ..pipeline.batch import BatchRun
+from ..course import Course, CourseError
+from ..pipeline.releases import update_gradebook
 from .session import PER_SUBMISSION_ERROR
 
 NOT_ISOLATED = "graded without isolation (--no-sandbox)"
@@ -173,8 +176,8 @@ def _nothing_to_grade(download: Path, found: intake.Intake) -> CourseError:
     return CourseError(f"no submissions in {download} ({found.detected})\n  {problems}")
 
 
-def _unique_students(found: intake.Intake) -> list[intake.roster.Mapping]:
-    seen: dict[str, intake.roster.Mapping] = {}
+def _unique_students(found: intake.Intake) -> list[intake.Mapping]:
+    seen: dict[str, intake.Mapping] = {}
     for mapping in found.mappings:
         seen.setdefault(mapping.student.student_id, mapping)
     return list(seen.values())

@@ -45,10 +45,13 @@ import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.converters import Autograde
 
-from . import batch, intake, session, verdict
-from .course import Course, CourseError, copy_course, nbgrader_failure, run_nbgrader
-from .releases import update_gradebook
-from .samples import Sample, samples, write_download
+from ..pipeline import batch
+from ..pipeline.intake import submissions as intake
+from ..grading import session
+from ..pipeline import verdict
+from ..course import Course, CourseError, copy_course, nbgrader_failure, run_nbgrader
+from ..pipeline.releases import update_gradebook
+from ..authoring.samples import Sample, samples, write_download
 
 
 def stock_config() -> str:

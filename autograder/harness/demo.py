@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import report
-from .course import Course, CourseError, copy_course
-from .grade import Grading, grade
-from .samples import HOSTILE_DIR, VARIANT_FILES, Sample, samples, write_download
+from ..results import report
+from ..course import Course, CourseError, copy_course
+from ..grading.grade import Grading, grade
+from ..authoring.samples import HOSTILE_DIR, VARIANT_FILES, Sample, samples, write_download
 
 
 @dataclass

@@ -65,9 +65,9 @@ from traitlets.config import Config, PyFileConfigLoader
 from traitlets.utils.importstring import import_item
 
 from . import verdict
-from .course import Course, die_with_parent
+from ..course import Course, die_with_parent
 from .execute import STORE, Execute, execution_key, folder_files, stored_path
-from .intake import Submission
+from .intake.submissions import Submission
 
 
 @dataclass(frozen=True)

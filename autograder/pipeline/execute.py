@@ -62,8 +62,8 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute as NbgraderExecute
 from traitlets import Bool, Integer
 
-from .course import is_autograder_tests
-from .sandbox import SandboxedKernelManager
+from ..course import is_autograder_tests
+from ..kernel.sandbox import SandboxedKernelManager
 
 KERNEL_DIED = "DeadKernelError"
 """``ename`` of the error output on a cell during which the kernel died."""

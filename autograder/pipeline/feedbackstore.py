@@ -19,7 +19,7 @@ from pathlib import Path
 from jupyter_core.paths import jupyter_path
 from nbgrader.api import Gradebook, MissingEntry
 
-from .course import Course, hash_files
+from ..course import Course, hash_files
 from .execute import STORE
 from .verdict import stored_reference
 
@@ -84,7 +84,7 @@ def _renderer_key(course: Course) -> str:
     files, this package's source (the course's preprocessors), the files of nbconvert's template folders, and the
     name and version of every installed distribution."""
     digest = hashlib.sha256()
-    package = Path(__file__).parent
+    package = Path(__file__).parent.parent
     templates = [path for folder in jupyter_path("nbconvert", "templates") for path in sorted(Path(folder).rglob("*"))]
     hash_files(digest, [*course.nbgrader_config_files(), *sorted(package.rglob("*.py")), *templates], root=course.root)
     installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())

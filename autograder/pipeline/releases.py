@@ -15,17 +15,14 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import nbformat
 import nbgrader
 from nbgrader.api import Gradebook, MissingEntry
 
-from .course import Course, CourseError, generate_assignment, hash_files, nbgrader_errors, read_notebook
+from ..course import Course, CourseError, generate_assignment, hash_files, nbgrader_errors, read_notebook
 from .execute import STORE
-
-if TYPE_CHECKING:  # session imports this module
-    from . import session
+from .nbgrader_process import Session
 
 
 RELEASES = Path(STORE) / "releases"
@@ -33,7 +30,7 @@ RELEASES = Path(STORE) / "releases"
 
 
 def update_gradebook(
-    course: Course, assignment_id: str, *, db_url: str | None = None, nbgrader: session.Session | None = None
+    course: Course, assignment_id: str, *, db_url: str | None = None, nbgrader: Session | None = None
 ) -> nbformat.NotebookNode:
     """Record the assignment's grade cells (from source/) in the gradebook at ``db_url`` (default: the course's;
     :func:`survey` passes a scratch one), by a request to the ``nbgrader`` session where one is given (no nbgrader
@@ -67,7 +64,7 @@ def update_gradebook(
 
 
 def generate_release(
-    course: Course, assignment_id: str, release_dir: Path, db_url: str, nbgrader: session.Session | None
+    course: Course, assignment_id: str, release_dir: Path, db_url: str, nbgrader: Session | None
 ) -> Path:
     """Generate ``release_dir/<id>/`` from source/, recorded in the gradebook at ``db_url``: by a request to the
     ``nbgrader`` session where one is given (no nbgrader start-up), else by the ``nbgrader generate_assignment``

@@ -37,8 +37,8 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from .course import cell_number, grade_id, is_autograder_tests, is_solution
-from .machinery import findings, protected_names
+from ..course import cell_number, grade_id, is_autograder_tests, is_solution
+from ..kernel.machinery import findings, protected_names
 
 MAX_NOTEBOOK_BYTES = 64 * 2**20
 """A submitted notebook larger than this (64 MiB; outputs are cleared anyway) is an invalid notebook."""

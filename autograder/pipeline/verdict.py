@@ -54,7 +54,9 @@ import numpy as np
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from .course import CHECKS_MODULE, Course, grade_id, is_autograder_tests
+from ..course import CHECKS_MODULE, Course, grade_id, is_autograder_tests
+from .execute import STORE
+from .reference import execute_notebook, reference_cells
 
 
 @functools.cache
@@ -105,8 +107,6 @@ def reference_records(course: Course, assignment_id: str, *, sandboxed: bool = F
     kernels do (notebooks size some work by it), whoever calls this;
     ``sandboxed``: in the students' sandbox (forked, so faster, as root).
     """
-    from .build import execute_notebook, reference_cells
-
     with tempfile.TemporaryDirectory(prefix="reference-") as scratch:
         shutil.copy(CHECKS_MODULE, Path(scratch) / "checks.py")
         env = {"NBGRADER_EXECUTION": "autograde"}
@@ -118,9 +118,6 @@ def reference_records(course: Course, assignment_id: str, *, sandboxed: bool = F
 def stored_reference(course: Course, assignment_id: str) -> Path:
     """Where :mod:`autograder.batch` stores an assignment's reference records: named by the SHA-256 of the
     reference notebook's cells and ``checks.py``, so an edited source/ or helper is run afresh."""
-    from .build import reference_cells
-    from .execute import STORE
-
     cells = [[cell.cell_type, cell.source] for cell in reference_cells(course, assignment_id).cells]
     digest = hashlib.sha256(json.dumps(cells).encode() + CHECKS_MODULE.read_bytes()).hexdigest()
     return course.root / STORE / f"reference-{assignment_id}-{digest}.json"

@@ -18,7 +18,7 @@ from pathlib import Path
 from matplotlib.figure import Figure  # not pyplot: no global state, no display; savefig renders with Agg
 from matplotlib.ticker import MaxNLocator
 
-from .course import Course, CourseError
+from ..course import Course, CourseError
 from .report import SubmissionResult, TaskResult, columns, gradebook_results, write_task_results
 
 

@@ -68,9 +68,9 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import default
 
-from .course import HIDDEN_TEST_MARKERS, grade_id, is_autograder_tests
+from ..course import HIDDEN_TEST_MARKERS, grade_id, is_autograder_tests
 from .safehtml import MathImages, clean, with_policy
-from .verdict import MISMATCH, RECORD_MIME_TYPE, reference_of
+from ..pipeline.verdict import MISMATCH, RECORD_MIME_TYPE, reference_of
 
 STDERR_NOTE = (
     "\nThis test cell wrote to the error stream (above: usually a warning from your code), "

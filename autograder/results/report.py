@@ -12,9 +12,10 @@ import nbformat
 from nbgrader.api import Grade, Gradebook, MissingEntry
 from nbgrader.plugins import ExportPlugin
 
-from .course import Course, cell_labels, grade_id, is_autograder_tests, is_grade, is_solution, read_notebook
-from .execute import KERNEL_DIED, NOT_RUN, TIMEOUT
-from .intake import Submission
+from ..course import Course, cell_labels, grade_id, is_autograder_tests, is_grade, is_solution, read_notebook
+from ..pipeline.execute import KERNEL_DIED, NOT_RUN, TIMEOUT
+from ..pipeline.intake.submissions import Submission
+from ..table import columns
 
 TASK_STATUSES = {KERNEL_DIED: "kernel died", TIMEOUT: "timeout", NOT_RUN: "not run"}
 """A failed test cell's status by the error the executor gave it (any other failure is ``failed``)."""
@@ -368,14 +369,6 @@ def table(results: list[SubmissionResult], *, extra: dict[str, list[str]] | None
         for row, value in zip(rows, values):
             row.insert(-1, value)
     return columns(headers, rows)
-
-
-def columns(headers: list[str], rows: list[list[str]]) -> str:
-    """Plain-text table: left-aligned columns two spaces apart, a rule under the headers."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [headers, *rows]]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
 
 
 GRADES_COLUMNS = [

@@ -15,7 +15,7 @@ import unicodedata
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..course import CourseError
+from ...course import CourseError
 
 SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 ROSTER_COLUMNS = ("student_id", "platform_id", "name", "email", "first_name", "last_name")

@@ -74,7 +74,7 @@ from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 
 from .archives import Entry
 
-QUIET = logging.getLogger("autograder.intake.shapes")
+QUIET = logging.getLogger("autograder.pipeline.intake.shapes")
 QUIET.setLevel(logging.CRITICAL)
 """The collectors' logger: a file that does not match is a manifest line, not a warning."""
 

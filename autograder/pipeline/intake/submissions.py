@@ -53,7 +53,8 @@ import nbformat
 from nbformat import NotebookNode
 
 from .. import structure
-from ..course import Course, CourseError, grade_id, is_solution
+from ...course import Course, CourseError, grade_id, is_solution
+from ...table import columns
 from .archives import Entry, Listing, Refused, list_download, under
 from .roster import Mapper, Mapping, Roster, write_csv, write_mapping
 from .shapes import FORMATS, SHAPES, TIMESTAMP, ZIP_COLLECT, Claim, Shape, _utc
@@ -586,8 +587,6 @@ def manifest_summary(rows: list[ManifestRow], *, limit: int = 10) -> str:
 
 def manifest_table(rows: list[ManifestRow]) -> str:
     """The whole manifest as a plain-text table (``grade --dry-run``)."""
-    from ..report import columns
-
     return columns(
         ["file", "status", "student", "assignment", "note"],
         [[row.file, row.status, row.student_id, row.assignment_id, row.note] for row in rows],
