@@ -83,10 +83,10 @@ def replace_folder(new: Path, old: Path) -> Path:
 @contextmanager
 def release_generator(course: Course) -> Iterator[Callable[[str, Path], Path]]:
     """While entered, ``generate(assignment_id, destination)`` makes ``destination/<id>/`` from source/ by nbgrader's
-    generate_assignment and returns it (:func:`autograder.releases.generate_release`; raises CourseError where
+    generate_assignment and returns it (:func:`autograder.pipeline.releases.generate_release`; raises CourseError where
     nbgrader refuses, its log quoted).
 
-    Every request goes to one nbgrader process (:class:`autograder.session.Session`: nbgrader starts once, not once
+    Every request goes to one nbgrader process (:class:`autograder.pipeline.nbgrader_process.Session`: nbgrader starts once, not once
     per assignment) and is recorded in one throwaway gradebook, so nbgrader creates a gradebook (runs ``alembic``)
     once; it keeps the assignments apart there. The course's gradebook is not touched.
     """

@@ -60,7 +60,7 @@ def check(course: Course, *, assignment_ids: list[str] | None = None) -> list[st
     """Return the findings for the given assignments of ``course`` (default: all; empty when all is well).
 
     The source notebook's own findings come first, before nbgrader runs on it. One nbgrader process generates
-    every assignment's release, into one throwaway gradebook (:func:`autograder.build.release_generator`).
+    every assignment's release, into one throwaway gradebook (:func:`autograder.authoring.build.release_generator`).
 
     Raises:
         CourseError: an id is not an assignment of the course.

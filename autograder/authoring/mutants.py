@@ -13,18 +13,18 @@ under test is a notebook cell whose tests need the notebook's earlier cells
 (torch imported, data built, a kernel's state): a fresh process per mutant costs
 seconds before the first test runs, neither tool mutates dims, dtypes or
 in-place methods, and neither could judge a mutant as the grader does (by its
-check records, :mod:`autograder.verdict`).
+check records, :mod:`autograder.pipeline.verdict`).
 
 How a mutant is run: one Python process per assignment (in a scratch folder
 holding ``checks.py``, with the reference kernels' environment,
-:data:`autograder.build.REFERENCE_ENV`, so ``COURSE_DEVICE=cpu``) executes the
+:data:`autograder.pipeline.reference.REFERENCE_ENV`, so ``COURSE_DEVICE=cpu``) executes the
 notebook's cells in order; at each task it forks once for the unchanged
 solution (the task's reference records and time) and once per mutant, each
 child executing the (mutant) solution cell and then the task's test cells.
 A mutant is **killed** when a test cell raises, writes to stderr (nbgrader
 scores such a cell 0), or ends its process, runs past its time limit, or when
 its check records fail against the unchanged solution's under the grader's
-rule (:func:`autograder.verdict.first_mismatch`; the table counts those
+rule (:func:`autograder.pipeline.verdict.first_mismatch`; the table counts those
 apart, as "by the verdict": the test passed in the kernel, the grader fails
 it). A mutant that is not killed **survives**; it is **equivalent** when
 ``mutants_equivalent.json`` (beside this module) lists its id for its task,

@@ -18,7 +18,7 @@ Kernel stoppers (``[[stops_kernel]]`` tables in the same files, ``how``
 instead of ``mistake``; student ids ``stops_<name>``) exit, crash or hang the
 kernel; they must lose only the cells in ``loses``. They also give the
 submission's ``status`` and, in ``task_status``, the status of the cells hit
-(``{grade_id = "kernel died"}``, see :attr:`autograder.report.TaskResult.status`).
+(``{grade_id = "kernel died"}``, see :attr:`autograder.results.report.TaskResult.status`).
 
 Escapes (``[[escape]]`` tables in the same files, ``attempt`` instead of
 ``mistake``, and ``status``; student ids ``escape_<name>``) reach outside the

@@ -3,17 +3,17 @@
 ``nbgrader generate_assignment`` into a scratch release folder, a request to
 the run's nbgrader process (keeps the gradebook's grade cells in step with
 source/; not asked again while source/ and the gradebook are as it left them,
-see :func:`autograder.releases.update_gradebook`; the batch's workers start the
+see :func:`autograder.pipeline.releases.update_gradebook`; the batch's workers start the
 assignment's reference run at the same time) -> intake (the download's shape
 read, every file in the manifest, each student mapped to a course id, each
 chosen notebook validated and normalised to that release, in submitted/; see
-:mod:`autograder.intake` and :mod:`autograder.structure`) -> every student of
+:mod:`autograder.pipeline.intake` and :mod:`autograder.pipeline.structure`) -> every student of
 the download in the gradebook -> the batch (every notebook executed
-concurrently, :mod:`autograder.batch`), while one nbgrader process
-(:mod:`autograder.session`) autogrades each submission as soon as its
+concurrently, :mod:`autograder.pipeline.batch`), while one nbgrader process
+(:mod:`autograder.grading.session`) autogrades each submission as soon as its
 notebooks are executed (taking the batch's outputs) and others generate its
 feedback -> export (grades.csv, quoted by
-:class:`autograder.report.QuotedCsvExport`) -> per-task results
+:class:`autograder.results.report.QuotedCsvExport`) -> per-task results
 (task_results.csv) from the gradebook. The manifest (manifest.csv) and the
 student ids (student_ids.csv) are written beside them.
 """
@@ -68,20 +68,20 @@ def grade(
     no_cache: bool = False,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Grading:
-    """Grade every submission in ``download`` (a folder or zip, see :mod:`autograder.intake`).
+    """Grade every submission in ``download`` (a folder or zip, see :mod:`autograder.pipeline.intake`).
 
     ``format`` forces the download's shape, ``roster`` maps its students and
     ``assignment`` names the assignment of a whole download (see
-    :func:`autograder.intake.opened`). The download is only read; a
+    :func:`autograder.pipeline.intake.submissions.opened`). The download is only read; a
     folder that is or lies in the course's submitted/, autograded/ or
     feedback/ is refused.
 
     Students' failures are results, not errors: a submission nbgrader cannot
     grade is reported with status ``not graded`` and the batch goes on.
-    Kernels run in the sandbox (:mod:`autograder.sandbox`); ``isolated=False``
+    Kernels run in the sandbox (:mod:`autograder.kernel.sandbox`); ``isolated=False``
     (the instructor's explicit opt-out) runs them as plain processes, and
     every result's notes say so. ``workers``, ``scheduler``, ``no_cache`` (execute every notebook again,
-    stored executions ignored) and ``progress``: see :func:`autograder.batch.execute`.
+    stored executions ignored) and ``progress``: see :func:`autograder.pipeline.batch.execute`.
 
     Raises:
         CourseError: grading itself cannot run: the sandbox is unavailable

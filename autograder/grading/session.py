@@ -40,9 +40,9 @@ class Passes:
 
     Entering starts the nbgrader processes (one :class:`Session` that autogrades and, with ``feedback``,
     :func:`feedback_processes` more that generate feedback: feedback only reads the gradebook) and the batch's
-    workers (:class:`autograder.batch.Batch`), so that their start-up, and the reference runs of the assignments
+    workers (:class:`autograder.pipeline.batch.Batch`), so that their start-up, and the reference runs of the assignments
     :meth:`release` is asked for, overlap whatever the run does before :meth:`run`; leaving ends them.
-    ``isolated``, ``workers``, ``no_cache``: see :func:`autograder.batch.execute` (with ``no_cache``, feedback
+    ``isolated``, ``workers``, ``no_cache``: see :func:`autograder.pipeline.batch.execute` (with ``no_cache``, feedback
     pages are generated again too).
     """
 
@@ -68,8 +68,8 @@ class Passes:
 
     def release(self, assignment_id: str) -> nbformat.NotebookNode:
         """The assignment's grade cells recorded in the gradebook and its release notebook
-        (:func:`autograder.releases.update_gradebook`, by the autograding session), its reference run started in
-        the batch (:meth:`autograder.batch.Batch.reference`); only while entered.
+        (:func:`autograder.pipeline.releases.update_gradebook`, by the autograding session), its reference run started in
+        the batch (:meth:`autograder.pipeline.batch.Batch.reference`); only while entered.
 
         Raises:
             CourseError: nbgrader refused (its log is quoted).
@@ -90,17 +90,17 @@ class Passes:
         progress: Callable[[str], None] = lambda line: None,
         export_to: Path | None = None,
     ) -> PassesRun:
-        """Execute the placed ``submissions`` (:meth:`autograder.batch.Batch.execute`) and autograde each as soon
+        """Execute the placed ``submissions`` (:meth:`autograder.pipeline.batch.Batch.execute`) and autograde each as soon
         as its notebooks are executed, while the rest execute; generate its feedback right after (with
         ``feedback``; pages an earlier run made from the same inputs are kept, unless ``no_cache``); then, with
         ``export_to``, export the grades there. Returns once all of it is done.
 
-        ``scheduler``, ``progress``: see :meth:`autograder.batch.Batch.execute`. A submission nbgrader
+        ``scheduler``, ``progress``: see :meth:`autograder.pipeline.batch.Batch.execute`. A submission nbgrader
         cannot grade is left out of autograded/ and said in the log (:data:`PER_SUBMISSION_ERROR`).
 
         Raises:
             CourseError: nbgrader fails other than on single submissions, cannot export, or ends.
-            OSError, ValueError: see :meth:`autograder.batch.Batch.execute`.
+            OSError, ValueError: see :meth:`autograder.pipeline.batch.Batch.execute`.
         """
         autograded: list[concurrent.futures.Future[Outcome]] = []
         generated: list[concurrent.futures.Future[Outcome]] = []
@@ -137,7 +137,7 @@ class Passes:
 
 def feedback_processes(workers: int | None) -> int:
     """nbgrader processes that generate feedback beside the autograding one: one per two workers of the batch
-    (:func:`autograder.batch.default_workers` by default), at least one. A page costs 0.27 to 0.34 s of CPU
+    (:func:`autograder.pipeline.batch.default_workers` by default), at least one. A page costs 0.27 to 0.34 s of CPU
     (``demo --all``, sampled from /proc), a notebook's execution about 1 s in its kernel and 0.25 s in its
     worker, so one process keeps up with two workers; each process more costs 1.0 to 1.3 s of CPU to start."""
     return max(1, ((workers or batch.default_workers()) + 1) // 2)

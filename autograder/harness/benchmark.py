@@ -15,14 +15,14 @@ placed submissions (set up untimed). Timed:
   preprocessors and ``Execute`` (kernels as plain processes, graceful
   shutdown), one notebook at a time;
 - **ours**: what ``grade`` does for the same result
-  (:class:`autograder.session.Passes` without feedback): the
-  batch (:mod:`autograder.batch`, kernels in the sandbox unless ``isolated``
+  (:class:`autograder.grading.session.Passes` without feedback): the
+  batch (:mod:`autograder.pipeline.batch`, kernels in the sandbox unless ``isolated``
   is False), each submission autograded, as soon as it is executed, by one
   nbgrader process with the course's preprocessors;
 - **the references**, timed on their own just before ours: each assignment's
   reference solution executed for its check records, as the batch does the
   first time it grades a version of source/ and ``checks.py`` (it stores them,
-  :func:`autograder.verdict.stored_reference`, and every later run reuses
+  :func:`autograder.pipeline.verdict.stored_reference`, and every later run reuses
   them). The report gives ours with and without them.
 
 Then every grade cell's score in the two gradebooks is compared.
@@ -146,9 +146,9 @@ def benchmark(
 
 
 def store_references(course: Course, assignment_ids: list[str], *, isolated: bool, workers: int | None) -> None:
-    """Execute the assignments' reference solutions, ``workers`` at a time (:func:`autograder.batch.default_workers`
+    """Execute the assignments' reference solutions, ``workers`` at a time (:func:`autograder.pipeline.batch.default_workers`
     by default), and store their check records where the batch looks for them
-    (:func:`autograder.verdict.stored_reference`), in the sandbox unless ``isolated`` is False, as the batch does."""
+    (:func:`autograder.pipeline.verdict.stored_reference`), in the sandbox unless ``isolated`` is False, as the batch does."""
     context = multiprocessing.get_context("spawn")  # as the batch's workers: nothing of this process inherited
     count = workers or batch.default_workers()
     initial = {"initializer": batch.start_worker, "initargs": (os.getpid(),)}

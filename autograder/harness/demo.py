@@ -41,7 +41,7 @@ def demo(
     ``into``: the scratch course is made in ``into/course`` (default: in a new temporary folder). It is
     kept, so that its grades.csv, task_results.csv and feedback/ can be read; the course's own
     gradebook and folders are not touched. ``isolated``, ``workers``, ``progress``: see
-    :func:`autograder.grade.grade`.
+    :func:`autograder.grading.grade.grade`.
 
     Raises:
         CourseError: an assignment id that is not in source/.
@@ -69,11 +69,11 @@ def demo(
 
 
 def representative(course: Course, assignment_id: str) -> list[Sample]:
-    """The samples the default demo grades for one assignment (a subset of :func:`autograder.samples.samples`).
+    """The samples the default demo grades for one assignment (a subset of :func:`autograder.authoring.samples.samples`).
 
     The reference, the unchanged release, for each graded test cell the first wrong answer that loses it
     (unless one already chosen does), the first valid alternative, and every sample of ``tests/hostile/``
-    (hostile, kernel-stopping, escaping), in the order :func:`~autograder.samples.samples` gives them.
+    (hostile, kernel-stopping, escaping), in the order :func:`~autograder.authoring.samples.samples` gives them.
     """
     found = samples(course, assignment_id)
     graded = [name for name, points in found[0].expected.items() if points > 0]  # found[0]: the reference

@@ -3,7 +3,7 @@
 Starting a kernel costs a new Python, ipykernel, and the imports of torch,
 numpy and matplotlib (2 to 3 CPU seconds), every notebook again. A fork
 server pays that once: it runs in a bubblewrap sandbox like a kernel's
-(:mod:`autograder.sandbox`, as root with only CAP_SETUID/SETGID/SYS_ADMIN/NET_ADMIN), imports
+(:mod:`autograder.kernel.sandbox`, as root with only CAP_SETUID/SETGID/SYS_ADMIN/NET_ADMIN), imports
 :data:`PRELOAD`, and then forks one kernel at a time on request. Each
 kernel, before it runs anything:
 
@@ -32,7 +32,7 @@ by any live thread) and empties its own /tmp before it serves the next request.
 It then appends a line to the kernel's clean-up report (:func:`report_path`,
 in the socket's folder): how many processes of the kernel had outlived it.
 A kernel that left one has breached its isolation: its execution is not
-stored for reuse (:attr:`autograder.sandbox.SandboxedKernelManager.breach`).
+stored for reuse (:attr:`autograder.kernel.sandbox.SandboxedKernelManager.breach`).
 
 Before forking, the server also does the work every kernel's first tracebacks would repeat
 (:func:`_warm_tracebacks`). It imports but runs no torch operation and starts no thread:

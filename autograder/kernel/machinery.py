@@ -1,6 +1,6 @@
 """What in a student's code touches the grading machinery: an analysis of its syntax tree, for the ``review`` status.
 
-The check records are built in the student's kernel (``autograder/checks.py``), so code there can always lie
+The check records are built in the student's kernel (``autograder/kernel/checks.py``), so code there can always lie
 about its own values: reach the check helpers' module or IPython's display and record whatever it likes,
 rebind a helper, rewrite ``checks.py`` and let a restarted kernel import it. None of that needs anything an
 exercise on tensors needs. :func:`findings` reads a cell's code as Python (IPython's own transformer turns

@@ -1,7 +1,7 @@
 """Stage ``sandbox``: the student's kernel runs in a bubblewrap sandbox; nbgrader and the gradebook stay outside.
 
 :class:`SandboxedKernelManager` (the kernel manager of the course's
-``Execute``, :mod:`autograder.execute`) starts each kernel through
+``Execute``, :mod:`autograder.pipeline.execute`) starts each kernel through
 ``bwrap`` (https://github.com/containers/bubblewrap) with:
 
 - an empty root file system holding only the system's programs and
@@ -20,7 +20,7 @@
   file size, open files and POSIX message queues' bytes; the memory all its processes hold (shared
   memory and memory files included, and what the System V objects of its IPC
   namespace hold: segments, queued messages, semaphores; as root they are also bounded in that namespace,
-  :func:`autograder.forkserver._bound_ipc`) is
+  :func:`autograder.kernel.forkserver._bound_ipc`) is
   watched from outside, and the kernel killed past
   :attr:`SandboxedKernelManager.memory_bytes`;
 - its working folder a tmpfs of :attr:`SandboxedKernelManager.work_bytes` and
@@ -28,10 +28,10 @@
   sandbox by ``forkserver.py work`` before the kernel starts (with
   capabilities that are all dropped before it); its ``/dev/shm`` a tmpfs of its own, of
   :attr:`SandboxedKernelManager.shm_bytes` and :attr:`SandboxedKernelManager.shm_files` inodes, that ends with
-  the kernel (:func:`autograder.forkserver._own_shm`);
+  the kernel (:func:`autograder.kernel.forkserver._own_shm`);
 - no user namespace of its own, so no capability to mount anything: a seccomp
   filter refuses ``CLONE_NEWUSER`` and ``setns`` to the kernel and all it
-  starts (:func:`autograder.forkserver._refuse_user_namespaces`);
+  starts (:func:`autograder.kernel.forkserver._refuse_user_namespaces`);
 - an environment reduced to what the notebooks read (:data:`PASSED_ENV`).
 
 The kernel talks to nbgrader over ``ipc`` transport (Unix sockets in a
@@ -44,7 +44,7 @@ uses a user namespace; the process limit then counts all of that user's
 processes, so it is not set.
 
 As root, an ipykernel kernel is not started in a sandbox of its own but
-forked from a :class:`ForkServer` (:mod:`autograder.forkserver`): one per
+forked from a :class:`ForkServer` (:mod:`autograder.kernel.forkserver`): one per
 grading process, in the same kind of sandbox, with torch, numpy and
 matplotlib already imported. The kernel gets the same folder (at the same
 path), environment, limits, a user and an IPC namespace of its own, and the server cleans up
@@ -219,7 +219,7 @@ def _default_uid() -> int:
 
 
 class ForkServer:
-    """A :mod:`autograder.forkserver` server in its own sandbox, serving one kernel at a time (root only).
+    """A :mod:`autograder.kernel.forkserver` server in its own sandbox, serving one kernel at a time (root only).
 
     Its sandbox is a kernel's (same namespaces, file system and environment), with three folders of this
     machine bound in: ``home`` (at :data:`WORK_PARENT`: the kernels' folders), ``runtime`` (at the same path:
@@ -275,7 +275,7 @@ class ForkServer:
 
     async def breach(self, uid: int, kernels: int) -> str | None:
         """How the ``kernels`` kernels served to user ``uid`` breached their isolation, from the server's clean-up
-        reports (:func:`autograder.forkserver.report_path`, removed here); None when none did.
+        reports (:func:`autograder.kernel.forkserver.report_path`, removed here); None when none did.
 
         A report missing after :attr:`CLEAN_UP_SECONDS` (the server stopped or is stuck) counts as a breach.
         """
@@ -336,7 +336,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     ).tag(config=True)
     fork = Bool(
         True,
-        help="Fork ipykernel kernels from a preloaded server in its own sandbox (autograder.forkserver; as root "
+        help="Fork ipykernel kernels from a preloaded server in its own sandbox (autograder.kernel.forkserver; as root "
         "only) instead of starting each in a new sandbox.",
     ).tag(config=True)
     uid = Integer(help="User id the kernel runs as (root only; default: a fresh one per kernel, see _default_uid).")
@@ -344,7 +344,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     memory_bytes = Integer(
         6 * 2**30,
         help="RLIMIT_DATA per process of the kernel, in bytes; the kernel is killed when its processes together "
-        "hold more (resident, shared, memory-file and /dev/shm pages: autograder.forkserver.memory_of).",
+        "hold more (resident, shared, memory-file and /dev/shm pages: autograder.kernel.forkserver.memory_of).",
     ).tag(config=True)
     processes = Integer(512, help="RLIMIT_NPROC: processes and threads of the kernel's user.").tag(config=True)
     file_size_bytes = Integer(64 * 2**20, help="RLIMIT_FSIZE: the largest file the kernel may write.").tag(config=True)
@@ -439,7 +439,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         return self.fork and os.geteuid() == 0 and python and command[1:3] == ["-m", "ipykernel_launcher"]
 
     async def _forked_start(self, **kw: Any) -> tuple[list[str], dict[str, Any]]:
-        """The kernel command of a forked kernel (:func:`autograder.forkserver.kernel`), folders set up."""
+        """The kernel command of a forked kernel (:func:`autograder.kernel.forkserver.kernel`), folders set up."""
         env = self._kernel_env(kw.get("env") or os.environ)
         fresh = self._server is None
         if fresh:  # first start; a restart keeps the server, the folders and what the kernel wrote
@@ -467,7 +467,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         return [sys.executable, "-I", "-S", FORK_SERVER, "kernel", self._server.socket, json.dumps(request)], kw
 
     def _ipc_limits(self) -> dict[str, int]:
-        """The System V limits of the kernel's IPC namespace, as :func:`autograder.forkserver._bound_ipc` takes them
+        """The System V limits of the kernel's IPC namespace, as :func:`autograder.kernel.forkserver._bound_ipc` takes them
         (as root; empty without root, where they are the machine root's)."""
         if os.geteuid() != 0:
             return {}
@@ -480,7 +480,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         }
 
     def _shm(self) -> dict[str, int]:
-        """The kernel's /dev/shm, as :func:`autograder.forkserver._own_shm` takes it."""
+        """The kernel's /dev/shm, as :func:`autograder.kernel.forkserver._own_shm` takes it."""
         return {"size": self.shm_bytes, "files": self.shm_files}
 
     def _limits(self) -> dict[str, int]:
@@ -552,7 +552,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     async def _join_ipc_namespace(self, pid: int) -> list[int]:
         """For the sandbox ``pid`` (bwrap), before the kernel runs any cell: bound its IPC namespace's System V
         objects (as root: :meth:`_ipc_limits`; without root the machine's root owns those settings) and return its
-        open ``/proc/sysvipc`` files (``forkserver.py ipc``; :func:`autograder.forkserver.ipc_files`), which keep
+        open ``/proc/sysvipc`` files (``forkserver.py ipc``; :func:`autograder.kernel.forkserver.ipc_files`), which keep
         the namespace, and its objects, until they are closed.
 
         Raises:
@@ -587,10 +587,10 @@ class SandboxedKernelManager(AsyncKernelManager):
             os.close(self._ipc_files.pop())
 
     async def _watch_memory(self, pid: int) -> None:
-        """Every :data:`autograder.forkserver.MEMORY_INTERVAL` seconds, SIGKILL the sandbox ``pid`` (bwrap: the
+        """Every :data:`autograder.kernel.forkserver.MEMORY_INTERVAL` seconds, SIGKILL the sandbox ``pid`` (bwrap: the
         kernel and all its processes die with it) when the processes below it and the System V objects of its IPC
-        namespace hold more than :attr:`memory_bytes` (:func:`autograder.forkserver.memory_of_processes`,
-        :func:`autograder.forkserver.ipc_bytes`)."""
+        namespace hold more than :attr:`memory_bytes` (:func:`autograder.kernel.forkserver.memory_of_processes`,
+        :func:`autograder.kernel.forkserver.ipc_bytes`)."""
         assert self._ipc_files
         while True:
             await asyncio.sleep(forkserver.MEMORY_INTERVAL)

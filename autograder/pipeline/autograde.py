@@ -1,7 +1,7 @@
 """Stage ``autograde``: two of nbgrader autograde's steps without the work they repeat for every notebook.
 
 The course's one nbgrader process autogrades every notebook of a run, one at a time (it is the gradebook's one
-writer, :mod:`autograder.session`), so what it spends per notebook is serial. Measured over 27 stored executions
+writer, :mod:`autograder.grading.session`), so what it spends per notebook is serial. Measured over 27 stored executions
 (4 generated students of the seven assignments; ``api.autograde`` in one process, outputs stored), nbgrader
 0.9.6 spent about 0.16 s of CPU per notebook, and two parts of it were repeated work with nothing to show:
 
@@ -16,7 +16,7 @@ writer, :mod:`autograder.session`), so what it spends per notebook is serial. Me
   once written. :class:`AutogradedNotebookExporter` writes that copy in place, to the same bytes.
 
 Together: 0.16 to 0.127 s of CPU per notebook in that process. The sanitising the batch does before executing
-(:func:`autograder.batch.jobs_of`, serial in the ``grade`` command) uses the same ``CheckCellMetadata``.
+(:func:`autograder.pipeline.batch.jobs_of`, serial in the ``grade`` command) uses the same ``CheckCellMetadata``.
 Both classes are named in ``nbgrader_config.py`` (``Autograde.sanitize_preprocessors``,
 ``Autograde.autograde_preprocessors`` and ``Autograde.exporter_class``).
 """

@@ -9,7 +9,7 @@ files from source/ over the submission's), and executes those notebooks
 (``scheduler``), each kernel in its sandbox as usual.
 
 Each executed notebook is stored in the course's ``executed/`` folder under
-its key (:func:`autograder.execute.execution_key`: the cells, the kernel,
+its key (:func:`autograder.pipeline.execute.execution_key`: the cells, the kernel,
 the folder's other files and the execution settings). nbgrader then runs as
 before and stays the only writer of the gradebook: the course's ``Execute``
 takes the stored outputs of a notebook whose key it finds, and executes
@@ -17,7 +17,7 @@ any other itself. A stored result is therefore used only for exactly the
 code, files and settings it was produced with, and a run that stops half way
 (Ctrl-C, a crash) keeps what it finished: the next run executes only the rest.
 
-The reference solution's check records (:mod:`autograder.verdict`) are
+The reference solution's check records (:mod:`autograder.pipeline.verdict`) are
 computed in the same batch, in a local process, and stored the same way;
 the reference's kernel runs in the same sandbox as the students' (forked
 from the preloaded server, so it starts as fast), unless the batch runs
@@ -33,7 +33,7 @@ sleeps through its timeout), a second pool runs one job more at a time
 A job that fails (its kernel cannot start, a worker is lost) is reported
 and left to nbgrader, which executes that notebook itself. So is a job whose
 kernel breached its isolation (a process of it outlived it:
-:attr:`autograder.execute.Execute.breach`): its execution is not stored, so
+:attr:`autograder.pipeline.execute.Execute.breach`): its execution is not stored, so
 no later run reuses what such a kernel may have tampered with. With
 ``no_cache`` (``grade --no-cache``) the stored executions of the
 submissions and the references are discarded first: everything executes
@@ -75,7 +75,7 @@ class Job:
     """One notebook to execute: everything a worker needs, so that it needs no shared file system."""
 
     key: str
-    """:func:`autograder.execute.execution_key` of the notebook, its folder's files and the settings."""
+    """:func:`autograder.pipeline.execute.execution_key` of the notebook, its folder's files and the settings."""
     label: str
     """``student/assignment/notebook``, for progress lines."""
     folder: str
@@ -142,7 +142,7 @@ class Batch:
         self._stack.__exit__(kind, error, traceback)
 
     def reference(self, assignment_id: str) -> None:
-        """Start executing the assignment's reference solution for its check records (:mod:`autograder.verdict`)
+        """Start executing the assignment's reference solution for its check records (:mod:`autograder.pipeline.verdict`)
         unless they are stored (with ``no_cache`` they are discarded first) or it has started. Returns at once."""
         if assignment_id in self._references:
             return
@@ -450,7 +450,7 @@ def run_job(job: Job) -> tuple[str, str | None]:
 
     Returns:
         The executed notebook (nbformat JSON), and how its kernel breached its isolation (None: it did not;
-        :attr:`autograder.execute.Execute.breach`).
+        :attr:`autograder.pipeline.execute.Execute.breach`).
     """
     os.environ["NBGRADER_EXECUTION"] = "autograde"  # as nbgrader autograde sets it for its kernels
     with tempfile.TemporaryDirectory(prefix="batch-") as scratch:

@@ -1,7 +1,7 @@
 """Stage ``execute``: nbgrader's Execute preprocessor, sandboxed, and made to survive a kernel that dies or hangs.
 
-Kernels start in the sandbox of :mod:`autograder.sandbox`. In ``nbgrader
-autograde``, a notebook that :mod:`autograder.batch` already executed (found
+Kernels start in the sandbox of :mod:`autograder.kernel.sandbox`. In ``nbgrader
+autograde``, a notebook that :mod:`autograder.pipeline.batch` already executed (found
 in ``executed/`` by :func:`execution_key`: the same cells, folder files and
 settings) is not run again: its stored outputs are taken.
 
@@ -28,7 +28,7 @@ error is still kept, reduced to its name and :data:`MAX_CUT_ERROR`
 characters of its message. So megabytes of prints or errors neither fill the
 grader's memory nor hide a failure, and a flood in the student's cells does
 not silence a later test. One message larger than
-:attr:`~autograder.sandbox.SandboxedKernelManager.max_message_bytes` is not
+:attr:`~autograder.kernel.sandbox.SandboxedKernelManager.max_message_bytes` is not
 even received (see there).
 
 matplotlib's figures are not drawn (:attr:`Execute.draw_figures`): no test
@@ -91,7 +91,7 @@ NOT_RUN = "CellNotRunError"
 
 
 STORE = "executed"
-"""Folder of the course directory holding notebooks executed ahead of nbgrader (:mod:`autograder.batch`)."""
+"""Folder of the course directory holding notebooks executed ahead of nbgrader (:mod:`autograder.pipeline.batch`)."""
 
 
 def execution_key(notebook: NotebookNode, files: dict[str, bytes], settings: dict[str, Any]) -> str:
@@ -141,7 +141,7 @@ def error_output(ename: str, evalue: str) -> NotebookNode:
 class Execute(NbgraderExecute):
     """nbgrader's ``Execute``: kernels in the sandbox, a dead or hung kernel costing only the cell it happened in.
 
-    The kernel manager is :class:`autograder.sandbox.SandboxedKernelManager`
+    The kernel manager is :class:`autograder.kernel.sandbox.SandboxedKernelManager`
     (nbgrader's ``Execute`` passes its own as a keyword, which configuration
     cannot override).
     """
@@ -192,7 +192,7 @@ class Execute(NbgraderExecute):
         return {**{name: getattr(self, name) for name in names}, "isolated": isolated}
 
     def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
-        """Execute ``nb``; in nbgrader autograde, take the outputs stored by :mod:`autograder.batch` if its key is
+        """Execute ``nb``; in nbgrader autograde, take the outputs stored by :mod:`autograder.pipeline.batch` if its key is
         found (cells' outputs and execution counts, the kernel's language_info)."""
         stored = self._stored(nb, resources)
         if stored is None:
@@ -206,7 +206,7 @@ class Execute(NbgraderExecute):
         return nb, resources
 
     def _stored(self, nb: NotebookNode, resources: dict) -> NotebookNode | None:
-        """The notebook :mod:`autograder.batch` executed for exactly this one (None: none, or not in nbgrader)."""
+        """The notebook :mod:`autograder.pipeline.batch` executed for exactly this one (None: none, or not in nbgrader)."""
         root = self.config.get("CourseDirectory", {}).get("root")
         if "nbgrader" not in resources or not root:
             return None
@@ -221,8 +221,8 @@ class Execute(NbgraderExecute):
 
     breach: str | None = None
     """After :meth:`preprocess`: how the notebook's kernel breached its isolation (see
-    :attr:`autograder.sandbox.SandboxedKernelManager.breach`), None when it did not. Such an execution is not
-    stored for reuse (:mod:`autograder.batch`)."""
+    :attr:`autograder.kernel.sandbox.SandboxedKernelManager.breach`), None when it did not. Such an execution is not
+    stored for reuse (:mod:`autograder.pipeline.batch`)."""
 
     async def _async_cleanup_kernel(self) -> None:
         km = self.km

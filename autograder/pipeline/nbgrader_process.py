@@ -101,7 +101,7 @@ class Session:
     ) -> concurrent.futures.Future[Outcome]:
         """``nbgrader generate_feedback ASSIGNMENT --student STUDENT --force`` (autograded/ -> feedback/); with
         ``reuse``, not asked of nbgrader when an earlier run made the pages from exactly what they would be made
-        from now: those are put back (:func:`autograder.feedbackstore.restore_feedback`)."""
+        from now: those are put back (:func:`autograder.pipeline.feedbackstore.restore_feedback`)."""
         request = {"op": "generate_feedback", "assignment": assignment_id, "student": student_id}
         return self._request(request | {"reuse": reuse})
 

@@ -62,7 +62,7 @@ def executed_reference(course: Course, assignment_id: str) -> nbformat.NotebookN
     """Execute the reference notebook in notebooks/ (links ``notebooks/checks.py`` to the helpers first).
 
     Raises:
-        CourseError: see :func:`build`.
+        CourseError: see :func:`autograder.authoring.build.build`.
     """
     course.notebooks.mkdir(exist_ok=True)
     link = course.notebooks / "checks.py"
@@ -121,7 +121,7 @@ def execute_notebook(
     """Execute a copy of ``notebook`` in a fresh kernel started in ``cwd`` with ``env`` added.
 
     ``sandboxed``: the kernel runs (forked where it can be) in the sandbox of
-    :mod:`autograder.sandbox`, which is faster as root; by default it is a plain local process.
+    :mod:`autograder.kernel.sandbox`, which is faster as root; by default it is a plain local process.
 
     Errors do not stop execution (they are stored as outputs); no timing
     metadata is recorded; consecutive stream outputs are merged, since how

@@ -61,7 +61,7 @@ class Normalised:
     repairs: list[str] = field(default_factory=list)
     """One sentence per repair, for the student's and instructor's report."""
     review: list[str] = field(default_factory=list)
-    """What the student's code does that touches the grading machinery (:func:`autograder.machinery.findings`),
+    """What the student's code does that touches the grading machinery (:func:`autograder.kernel.machinery.findings`),
     one line per finding with its cell, for a person to read."""
 
 

@@ -3,7 +3,7 @@
 A student's kernel runs their code and the tests in one process, so what the
 kernel reports (an error or none) can be forged: a replaced ``check_close``,
 an object equal to everything, a silenced traceback, a hook that rewrites or
-skips test cells. The check helpers (``autograder/checks.py``) therefore
+skips test cells. The check helpers (``autograder/kernel/checks.py``) therefore
 record, for every check, the value checked, the expected value and the rule.
 
 Once per batch the reference solution runs through the same tests in the
@@ -32,7 +32,7 @@ display_data all the same. What this cannot stop: a
 kernel that forges records (reaches the check helpers' module or IPython's
 display and records the expected value a test handed it), since nothing a
 kernel sends can prove where it came from; every way to do that needs code
-that ``autograder.machinery`` reports, so such a submission is flagged for
+that ``autograder.kernel.machinery`` reports, so such a submission is flagged for
 a person to review.
 """
 
@@ -116,7 +116,7 @@ def reference_records(course: Course, assignment_id: str, *, sandboxed: bool = F
 
 
 def stored_reference(course: Course, assignment_id: str) -> Path:
-    """Where :mod:`autograder.batch` stores an assignment's reference records: named by the SHA-256 of the
+    """Where :mod:`autograder.pipeline.batch` stores an assignment's reference records: named by the SHA-256 of the
     reference notebook's cells and ``checks.py``, so an edited source/ or helper is run afresh."""
     cells = [[cell.cell_type, cell.source] for cell in reference_cells(course, assignment_id).cells]
     digest = hashlib.sha256(json.dumps(cells).encode() + CHECKS_MODULE.read_bytes()).hexdigest()

@@ -3,8 +3,8 @@ and the end of every ``grade``.
 
 Per assignment and grade cell: submissions, attempted, passed, mean score and pass rate, the tasks ranked
 by pass rate (``class_results.csv``); one row per submission and grade cell (``task_results_all.csv``, written by
-:func:`autograder.report.write_task_results` like a batch's ``task_results.csv``, from
-:func:`autograder.report.gradebook_results`); per assignment a histogram of the scores and a bar
+:func:`autograder.results.report.write_task_results` like a batch's ``task_results.csv``, from
+:func:`autograder.results.report.gradebook_results`); per assignment a histogram of the scores and a bar
 chart of the pass rates (PNG, matplotlib); and the written answers still waiting for a hand grade.
 """
 
@@ -124,7 +124,7 @@ class ClassReport:
 
 
 def class_report(course: Course) -> ClassReport:
-    """Read every submission's grades from the course's gradebook (:func:`autograder.report.gradebook_results`).
+    """Read every submission's grades from the course's gradebook (:func:`autograder.results.report.gradebook_results`).
 
     Raises:
         CourseError: the course has no gradebook yet (nothing was graded).
@@ -150,7 +150,7 @@ SUMMARY_COLUMNS = [
 
 
 def write_class_report(course: Course, report: ClassReport) -> list[Path]:
-    """Write ``class_results.csv``, ``task_results_all.csv`` (:func:`autograder.report.write_task_results`) and per
+    """Write ``class_results.csv``, ``task_results_all.csv`` (:func:`autograder.results.report.write_task_results`) and per
     assignment ``scores_<id>.png`` and ``pass_rates_<id>.png`` into the course directory; the paths are also kept in
     ``report.files``."""
     merged = write_task_results(report.results, course.root / "task_results_all.csv")

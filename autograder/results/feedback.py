@@ -41,10 +41,10 @@ itself); an encoding the student makes up (base64 of ``In``) and a secret
 spread over the outputs of several cells are not recognised.
 
 Pages are rendered by :class:`FeedbackExporter` (nbconvert's ``HTMLExporter``, its compiled templates kept for
-the next page), which runs nothing a student wrote and fetches nothing (:mod:`autograder.safehtml`: markdown
+the next page), which runs nothing a student wrote and fetches nothing (:mod:`autograder.results.safehtml`: markdown
 sanitised after it is rendered, a Content-Security-Policy with no script and no request, math drawn as images
 instead of by MathJax), and a re-run keeps the pages of an earlier one made from the same inputs
-(:mod:`autograder.feedbackstore`).
+(:mod:`autograder.pipeline.feedbackstore`).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Secrets:
 
 def secrets(notebook: NotebookNode, reference: dict[str, list[Any]]) -> Secrets:
     """The :class:`Secrets` of an autograded notebook: its test cells' hidden lines, and the expected values of
-    the reference's records (``{grade_id: records}``, see :mod:`autograder.verdict`) whose label its cell's
+    the reference's records (``{grade_id: records}``, see :mod:`autograder.pipeline.verdict`) whose label its cell's
     visible part does not name; minus anything the notebook shows anyway (visible lines, the student's code)."""
     visible = "\n".join(
         visible_source(cell.source) if is_autograder_tests(cell) else cell.source for cell in notebook.cells
@@ -342,7 +342,7 @@ TeX as one), and the lab template's cell inputs and outputs it makes focusable. 
 only parses and writes out again."""
 NO_MATHJAX = jinja2.DictLoader({"mathjax.html.j2": "{%- macro mathjax(url=None) -%}{%- endmacro %}"})
 """nbconvert's ``mathjax.html.j2`` (MathJax from a CDN, and a configuration block it evaluates as script) replaced
-by a macro that writes nothing: a page loads no script (:data:`autograder.safehtml.CONTENT_SECURITY_POLICY`)."""
+by a macro that writes nothing: a page loads no script (:data:`autograder.results.safehtml.CONTENT_SECURITY_POLICY`)."""
 
 
 class FeedbackExporter(HTMLExporter):
@@ -360,10 +360,10 @@ class FeedbackExporter(HTMLExporter):
       it) written without the pass's normalisation (``<br>`` for ``<br/>``, entities kept as the template
       escaped them). Any other page is the one ``HTMLExporter`` makes, byte for byte;
 
-    and so that a page runs and fetches nothing a student wrote (:mod:`autograder.safehtml`): markdown (cells,
+    and so that a page runs and fetches nothing a student wrote (:mod:`autograder.results.safehtml`): markdown (cells,
     outputs, comments) is sanitised after it is rendered (nbgrader's template renders markdown cells without
     ``clean_html``) and its math drawn as images, the notebook's name is escaped where the template writes it, the
-    page loads no MathJax (:data:`NO_MATHJAX`) and carries :data:`autograder.safehtml.CONTENT_SECURITY_POLICY`
+    page loads no MathJax (:data:`NO_MATHJAX`) and carries :data:`autograder.results.safehtml.CONTENT_SECURITY_POLICY`
     in its ``<head>``.
     """
 
@@ -374,7 +374,7 @@ class FeedbackExporter(HTMLExporter):
     @jinja2.pass_context
     def markdown2html(self, context: jinja2.runtime.Context, source: str) -> str:
         """``HTMLExporter.markdown2html`` of nbconvert 7.17 (attachments as ``data:`` images) with math drawn as
-        images (:class:`autograder.safehtml.MathImages`), its HTML sanitised by :func:`autograder.safehtml.clean`."""
+        images (:class:`autograder.results.safehtml.MathImages`), its HTML sanitised by :func:`autograder.results.safehtml.clean`."""
         renderer = MathImages(
             escape=False,
             attachments=context.get("cell", {}).get("attachments", {}),
@@ -396,7 +396,7 @@ class FeedbackExporter(HTMLExporter):
     ) -> tuple[str, dict[str, Any]]:
         """``HTMLExporter.from_notebook_node`` of nbconvert 7.17 with its last pass run only where it has work
         (the rest of the method as nbconvert writes it: the filters it registers, then the template), the
-        notebook's name escaped and the page's policy added (:func:`autograder.safehtml.with_policy`)."""
+        notebook's name escaped and the page's policy added (:func:`autograder.results.safehtml.with_policy`)."""
         language = nb.metadata.get("language_info", {})
         lexer = language.get("pygments_lexer", language.get("name", None))
         highlight_code = self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self))

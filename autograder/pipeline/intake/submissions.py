@@ -1,11 +1,11 @@
 """Stage ``intake``: read a download of submissions, account for every file, place the work in submitted/.
 
 A download is a folder or a zip in one of the shapes of
-:mod:`autograder.intake.shapes` (nbgrader's own layouts, Canvas, Moodle,
+:mod:`autograder.pipeline.intake.shapes` (nbgrader's own layouts, Canvas, Moodle,
 Blackboard, Gradescope), detected from its file names or named by the
 instructor (``--format``). Archives inside it are opened within bounds
-(:mod:`autograder.intake.archives`), students are mapped to course ids
-(:mod:`autograder.intake.roster`), and every file of the download gets one
+(:mod:`autograder.pipeline.intake.archives`), students are mapped to course ids
+(:mod:`autograder.pipeline.intake.roster`), and every file of the download gets one
 line in the manifest: graded, a copy not graded (and which one was), the
 platform's metadata, or not taken and why. The download is only ever read.
 
@@ -499,7 +499,7 @@ def _choose(
 
 def _answered_cells(path: Path, *, release: NotebookNode) -> int:
     """How many solution cells of the notebook at ``path`` differ from ``release``'s; -1 if it is not a readable
-    notebook (:func:`autograder.structure.normalise_file`: malformed, or too large)."""
+    notebook (:func:`autograder.pipeline.structure.normalise_file`: malformed, or too large)."""
     normalised = structure.normalise_file(path, release=release)
     return len(_answered(normalised.notebook, release)) if normalised.readable else -1
 
@@ -517,7 +517,7 @@ def place(course: Course, submission: Submission, *, release: NotebookNode) -> P
     """Write a submission, validated and normalised, to ``submitted/<student>/<assignment>/``.
 
     The notebook is rebuilt on the structure of ``release`` by
-    :func:`autograder.structure.normalise_file` and written as
+    :func:`autograder.pipeline.structure.normalise_file` and written as
     ``<assignment_id>.ipynb``, with nbgrader's ``timestamp.txt`` when the
     submission time is known. ``submission.status`` says what happened:
     ``ok``, ``unattempted`` (no solution cell changed from the release),
