@@ -31,48 +31,48 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.Execute.timeout = 60
 c.Execute.shutdown_kernel = "immediate"
 
-# Students' kernels run in a bubblewrap sandbox (autograder/sandbox.py, used by
-# autograder/execute.py): a scratch copy of their folder, no course directory, no
+# Students' kernels run in a bubblewrap sandbox (autograder/kernel/sandbox.py, used by
+# autograder/pipeline/execute.py): a scratch copy of their folder, no course directory, no
 # network, their own user, limits. `grade --no-sandbox` is the explicit opt-out.
 
 # Release notebooks: what replaces a solution.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Autograde: nbgrader's steps, with Execute extended (autograder/execute.py: the
+# Autograde: nbgrader's steps, with Execute extended (autograder/pipeline/execute.py: the
 # sandbox, and a kernel that dies or hangs costs only its cell) and the verdict
-# outside the kernel right after execution (autograder/verdict.py): a test cell whose recorded check values do
+# outside the kernel right after execution (autograder/pipeline/verdict.py): a test cell whose recorded check values do
 # not pass against the reference solution's run gets an error, so it scores 0. SaveAutoGrades is extended
-# (autograder/handgrades.py) so that re-grading keeps a hand grade of an unchanged answer final. Both passes'
+# (autograder/pipeline/handgrades.py) so that re-grading keeps a hand grade of an unchanged answer final. Both passes'
 # CheckCellMetadata checks nbgrader's schema once, not for every cell, and the exporter writes each notebook
-# without copying it once more (autograder/autograde.py). The sanitising steps are nbgrader's defaults otherwise;
-# the batch sanitises with the same list before it executes (autograder/batch.py).
+# without copying it once more (autograder/pipeline/autograde.py). The sanitising steps are nbgrader's defaults otherwise;
+# the batch sanitises with the same list before it executes (autograder/pipeline/batch.py).
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
     "nbgrader.preprocessors.OverwriteCells",
-    "autograder.autograde.CheckCellMetadata",
+    "autograder.pipeline.autograde.CheckCellMetadata",
 ]
 c.Autograde.autograde_preprocessors = [
-    "autograder.execute.Execute",
-    "autograder.verdict.CompareRecords",
+    "autograder.pipeline.execute.Execute",
+    "autograder.pipeline.verdict.CompareRecords",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
-    "autograder.handgrades.KeepHandGrades",
+    "autograder.pipeline.handgrades.KeepHandGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
-    "autograder.autograde.CheckCellMetadata",
+    "autograder.pipeline.autograde.CheckCellMetadata",
 ]
-c.Autograde.exporter_class = "autograder.autograde.AutogradedNotebookExporter"
+c.Autograde.exporter_class = "autograder.pipeline.autograde.AutogradedNotebookExporter"
 
 # Whatever students wrote (markdown answers and attachments, outputs of every MIME type and their metadata) is
-# sanitised by nbconvert's SanitizeHTML extended to all a template reads (autograder/safehtml.py: bleach escapes
+# sanitised by nbconvert's SanitizeHTML extended to all a template reads (autograder/results/safehtml.py: bleach escapes
 # unsafe tags and attributes, outputs keep only the MIME types a page shows safely, image metadata only whole
 # widths and heights) and JavaScript outputs are not emitted (sanitize_html), wherever nbconvert's HTMLExporter
 # renders a notebook with this configuration: feedback pages, and formgrader, which builds its exporter from this
-# config. Feedback pages also sanitise rendered markdown and carry a Content-Security-Policy (autograder/feedback.py).
-c.HTMLExporter.preprocessors = ["autograder.safehtml.SafeNotebook"]
+# config. Feedback pages also sanitise rendered markdown and carry a Content-Security-Policy (autograder/results/feedback.py).
+c.HTMLExporter.preprocessors = ["autograder.results.safehtml.SafeNotebook"]
 c.HTMLExporter.sanitize_html = True
 
 # nbconvert validates a notebook once, after all of an export's preprocessors, not after each of them (for
@@ -80,15 +80,15 @@ c.HTMLExporter.sanitize_html = True
 c.Exporter.optimistic_validation = True
 
 # Feedback: hidden tests' code and expected values never reach a student
-# (autograder/feedback.py); the rest is nbgrader's default, rendered by nbconvert's HTMLExporter with its
-# templates compiled once per process (autograder.feedback.FeedbackExporter).
-c.GenerateFeedback.exporter_class = "autograder.feedback.FeedbackExporter"
+# (autograder/results/feedback.py); the rest is nbgrader's default, rendered by nbconvert's HTMLExporter with its
+# templates compiled once per process (autograder.results.feedback.FeedbackExporter).
+c.GenerateFeedback.exporter_class = "autograder.results.feedback.FeedbackExporter"
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
-    "autograder.feedback.HideHiddenTests",
+    "autograder.results.feedback.HideHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 
-# Export: nbgrader's grades.csv columns, written with CSV quoting (autograder/report.py),
+# Export: nbgrader's grades.csv columns, written with CSV quoting (autograder/results/report.py),
 # so a student id or name with a comma or a quote keeps its row's columns.
-c.ExportApp.plugin_class = "autograder.report.QuotedCsvExport"
+c.ExportApp.plugin_class = "autograder.results.report.QuotedCsvExport"

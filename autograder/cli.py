@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .course import ROOT, Course, CourseError
-from .intake.shapes import FORMATS
+from .pipeline.intake.shapes import FORMATS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _build(course: Course, args: argparse.Namespace) -> int:
-    from .build import build
+    from .authoring.build import build
 
     for path in build(course, assignment_ids=args.assignments or None):
         print(f"wrote {path.relative_to(course.root)}")
@@ -131,7 +131,7 @@ def _build(course: Course, args: argparse.Namespace) -> int:
 
 
 def _check(course: Course, args: argparse.Namespace) -> int:
-    from .check import check
+    from .authoring.check import check
 
     findings = check(course, assignment_ids=args.assignments or None)
     for finding in findings:
@@ -141,7 +141,7 @@ def _check(course: Course, args: argparse.Namespace) -> int:
 
 
 def _validate(course: Course, args: argparse.Namespace) -> int:
-    from .validate import validate
+    from .authoring.validate import validate
 
     validation = validate(args.notebook)
     print(validation.report())
@@ -149,10 +149,11 @@ def _validate(course: Course, args: argparse.Namespace) -> int:
 
 
 def _grade(course: Course, args: argparse.Namespace) -> int:
-    from .classreport import class_report, write_class_report
-    from .grade import grade, survey
-    from .intake import Roster, manifest_summary, manifest_table
-    from .report import table
+    from .results.classreport import class_report, write_class_report
+    from .grading.grade import grade, survey
+    from .pipeline.intake.roster import Roster
+    from .pipeline.intake.submissions import manifest_summary, manifest_table
+    from .results.report import table
 
     roster = Roster.read(args.roster) if args.roster else None
     if args.dry_run:
@@ -195,7 +196,7 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
 
 
 def _report(course: Course, args: argparse.Namespace) -> int:
-    from .classreport import class_report, write_class_report
+    from .results.classreport import class_report, write_class_report
 
     results = class_report(course)
     write_class_report(course, results)
@@ -204,7 +205,7 @@ def _report(course: Course, args: argparse.Namespace) -> int:
 
 
 def _demo(course: Course, args: argparse.Namespace) -> int:
-    from .demo import demo
+    from .harness.demo import demo
 
     result = demo(
         course,
@@ -234,7 +235,7 @@ def _demo(course: Course, args: argparse.Namespace) -> int:
 
 
 def _benchmark(course: Course, args: argparse.Namespace) -> int:
-    from .benchmark import benchmark
+    from .harness.benchmark import benchmark
 
     result = benchmark(
         course,
@@ -249,7 +250,7 @@ def _benchmark(course: Course, args: argparse.Namespace) -> int:
 
 
 def _mutants(course: Course, args: argparse.Namespace) -> int:
-    from .mutants import run, table
+    from .authoring.mutants import run, table
 
     results = run(course, selection=args.selection or None)
     print(table(results))

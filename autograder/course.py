@@ -29,7 +29,7 @@ from jupyter_core.paths import jupyter_config_path
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root, which is also the course directory."""
 
-CHECKS_MODULE = Path(__file__).resolve().parent / "checks.py"
+CHECKS_MODULE = Path(__file__).resolve().parent / "kernel" / "checks.py"
 """The check helpers: one file, copied (as ``checks.py``) beside every notebook."""
 
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")

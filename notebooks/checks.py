@@ -1,1 +1,1 @@
-../autograder/checks.py
+../autograder/kernel/checks.py

@@ -2,11 +2,11 @@
 
 Each builder gives the files of one download holding the reference solution
 (``work``) and the unchanged release (``blank``) under the platform's naming
-rule (see :mod:`autograder.intake.shapes` for where each rule comes from), and
+rule (see :mod:`autograder.pipeline.intake.shapes` for where each rule comes from), and
 what intake must make of it: course student id -> the file graded;
 :func:`build` writes it.
 Nothing here is committed as data: the notebooks come from release/ and
-source/ through :func:`autograder.samples.samples`, so they never go stale.
+source/ through :func:`autograder.authoring.samples.samples`, so they never go stale.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.course import Course
-from autograder.samples import samples
+from autograder.authoring.samples import samples
 
 ASSIGNMENT = "01_tensors"
 

@@ -8,7 +8,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from traitlets.config import Config
 
-from autograder.execute import Execute
+from autograder.pipeline.execute import Execute
 
 SETUP = "import os, signal, time\nstate = 'kept'"
 SHOW_STATE = "print(state)"

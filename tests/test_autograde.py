@@ -1,4 +1,4 @@
-"""nbgrader autograde's steps without their repeated work (autograder/autograde.py): the same results as nbgrader's.
+"""nbgrader autograde's steps without their repeated work (autograder/pipeline/autograde.py): the same results as nbgrader's.
 
 The course's seven reference notebooks (nbgrader metadata in every graded cell, outputs of a real run) are the
 valid inputs; the invalid ones are each kind of metadata nbgrader's checks reject.
@@ -15,8 +15,8 @@ from nbgrader.nbgraderformat import MetadataValidator as StockMetadataValidator
 from nbgrader.nbgraderformat import SchemaTooNewError, SchemaTooOldError, ValidationError
 from traitlets.config import Config
 
-from autograder import batch
-from autograder.autograde import AutogradedNotebookExporter, CheckCellMetadata, MetadataValidator
+from autograder.pipeline import batch
+from autograder.pipeline.autograde import AutogradedNotebookExporter, CheckCellMetadata, MetadataValidator
 from autograder.course import ROOT, Course, is_grade, is_solution, read_notebook
 
 COURSE = Course(ROOT)

@@ -17,13 +17,13 @@ import nbformat
 import pytest
 from distributed import Client
 
-from autograder import batch, verdict
-from autograder.benchmark import benchmark, scores
+from autograder.pipeline import batch, verdict
+from autograder.harness.benchmark import benchmark, scores
 from autograder.course import ROOT, Course, copy_course, grade_id, is_autograder_tests
-from autograder.execute import STORE
-from autograder.grade import grade
-from autograder.sandbox import BWRAP_ENV
-from autograder.samples import samples, write_download
+from autograder.pipeline.execute import STORE
+from autograder.grading.grade import grade
+from autograder.kernel.sandbox import BWRAP_ENV
+from autograder.authoring.samples import samples, write_download
 
 
 def download_samples(course):
@@ -177,7 +177,7 @@ def test_a_reference_asked_for_before_the_batch_executes_runs_then_and_is_stored
 
 
 def test_one_job_more_is_allowed_after_three_looks_with_half_a_cpu_idle_up_to_the_most(monkeypatch):
-    """psutil's per-CPU busy percentages, as :class:`autograder.batch.Occupancy` looks at them once a second; asked
+    """psutil's per-CPU busy percentages, as :class:`autograder.pipeline.batch.Occupancy` looks at them once a second; asked
     again sooner (a job just finished), it keeps the number and takes no look."""
     looks = iter([[0, 0], *[[100, 20]] * 3, [100, 60], [100, 100], *[[60, 60]] * 3, *[[0, 0]] * 5])
     monkeypatch.setattr(batch.psutil, "cpu_percent", lambda percpu: next(looks))

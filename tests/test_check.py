@@ -4,8 +4,8 @@ import json
 
 import nbformat
 
-from autograder.build import reference_problems
-from autograder.check import (
+from autograder.pipeline.reference import reference_problems
+from autograder.authoring.check import (
     grade_id_findings,
     leak_findings,
     reference_findings,

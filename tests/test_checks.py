@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from autograder import checks
-from autograder.checks import (
+from autograder.kernel import checks
+from autograder.kernel.checks import (
     check_close,
     check_device,
     check_dtype,

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.checks import PASSED_LINE, RECORD_MIME_TYPE
+from autograder.kernel.checks import PASSED_LINE, RECORD_MIME_TYPE
 from autograder.course import CHECKS_MODULE
 
 CELLS = [

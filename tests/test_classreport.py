@@ -1,4 +1,4 @@
-"""The class results (autograder/classreport.py): the summary over submissions, and report before any grading.
+"""The class results (autograder/results/classreport.py): the summary over submissions, and report before any grading.
 
 tests/test_grading.py grades two batches through the real pipeline and reads the files `grade` writes.
 """
@@ -7,10 +7,10 @@ import os
 import subprocess
 import sys
 
-from autograder.classreport import ClassReport
+from autograder.results.classreport import ClassReport
 from autograder.cli import main
 from autograder.course import ROOT, run_nbgrader
-from autograder.report import MARKED_LATE, SubmissionResult, TaskResult
+from autograder.results.report import MARKED_LATE, SubmissionResult, TaskResult
 
 
 def task(name, score, *, max_score=2.0, autograded=True, attempted=True, pending=False):

@@ -8,7 +8,7 @@ every other sample, in test_samples_graded.
 import pytest
 from executed_cells import SETUP, SHOW_STATE, enames, printed, run
 
-from autograder.execute import KERNEL_DIED, NOT_RUN, TIMEOUT
+from autograder.pipeline.execute import KERNEL_DIED, NOT_RUN, TIMEOUT
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import pytest
 from bs4 import BeautifulSoup
 from nbconvert.exporters import HTMLExporter
 
-from autograder.checks import RECORD_MIME_TYPE
-from autograder.feedback import (
+from autograder.kernel.checks import RECORD_MIME_TYPE
+from autograder.results.feedback import (
     NO_MATHJAX,
     REDACTED,
     CompiledTemplates,
@@ -17,7 +17,7 @@ from autograder.feedback import (
     secrets,
     visible_source,
 )
-from autograder.safehtml import with_policy
+from autograder.results.safehtml import with_policy
 
 SOURCE = """check_equal(f(1), 2, label="f(1)")
 
@@ -174,7 +174,7 @@ def test_feedback_pages_reuse_compiled_templates_and_stay_the_same(monkeypatch):
     """A second exporter (nbgrader makes one per submission) compiles no template the first compiled; its page is
     the one a plain HTMLExporter renders (:func:`stock`)."""
     compiled = CountedTemplates()
-    monkeypatch.setattr("autograder.feedback.COMPILED_TEMPLATES", compiled)
+    monkeypatch.setattr("autograder.results.feedback.COMPILED_TEMPLATES", compiled)
     page = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# page"), nbformat.v4.new_code_cell("1 + 1")])
     first, _ = FeedbackExporter(template_name="lab").from_notebook_node(page)
     compiled_first = len(compiled.stored)

@@ -19,10 +19,10 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from autograder.course import ROOT, Course, copy_course, grade_id
-from autograder.demo import mismatches_of
-from autograder.grade import grade
-from autograder.safehtml import CONTENT_SECURITY_POLICY
-from autograder.samples import Sample, samples, write_download
+from autograder.harness.demo import mismatches_of
+from autograder.grading.grade import grade
+from autograder.results.safehtml import CONTENT_SECURITY_POLICY
+from autograder.authoring.samples import Sample, samples, write_download
 from test_browser import CHROMIUM, FLAGS
 
 ASSIGNMENT = "01_tensors"
@@ -57,7 +57,7 @@ def honest_pictures() -> Sample:
         "honest_pictures",
         "Math: $x^2 + y_i$, and a picture: ![a dot](attachment:dot.png)",
         {"dot.png": {"image/png": DOT_PNG}},
-        "review",  # it uses IPython.display: autograder.machinery flags that for a person to look at
+        "review",  # it uses IPython.display: autograder.kernel.machinery flags that for a person to look at
     )
     cell = next(c for c in sample.notebook.cells if grade_id(c) == "task_1_1_one_hot_solution")
     cell.source += (

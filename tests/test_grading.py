@@ -16,22 +16,22 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.build import build
-from autograder.checks import RECORD_MIME_TYPE
+from autograder.authoring.build import build
+from autograder.kernel.checks import RECORD_MIME_TYPE
 from autograder.course import ROOT, CourseError, grade_id, is_autograder_tests, is_grade, is_solution
-from autograder.grade import NOT_ISOLATED
-from autograder.releases import RELEASES, recorded_cells, update_gradebook
-from autograder.sandbox import BWRAP_ENV
-from autograder.samples import samples, write_download
-from autograder.session import Session
-from autograder.verdict import passes
+from autograder.grading.grade import NOT_ISOLATED
+from autograder.pipeline.releases import RELEASES, recorded_cells, update_gradebook
+from autograder.kernel.sandbox import BWRAP_ENV
+from autograder.authoring.samples import samples, write_download
+from autograder.pipeline.nbgrader_process import Session
+from autograder.pipeline.verdict import passes
 
 
 def test_rebuild_leaves_release_and_notebooks_unchanged(course_copy):
     """release/ is reproduced byte for byte; notebooks/ too, except what the checks themselves call noise.
 
     A check record's value and expected value are compared under the record's own rule, as the verdict
-    judges them (:func:`autograder.verdict.passes`): exactly for exact, device and raises checks, within
+    judges them (:func:`autograder.pipeline.verdict.passes`): exactly for exact, device and raises checks, within
     the check's rtol and atol for ``check_close``. A close check's value may be rounding noise (task 8.2
     of 04 records relative errors of about 5e-8 that differ between CPUs and BLAS kernels, checked
     against 0 with atol 1e-6; LAPACK's ``lstsq`` is accurate normwise, not entrywise); whatever the

@@ -1,4 +1,4 @@
-"""A grade given by hand stays final through re-grading while its answer is unchanged (autograder/handgrades.py).
+"""A grade given by hand stays final through re-grading while its answer is unchanged (autograder/pipeline/handgrades.py).
 
 nbgrader's own SaveAutoGrades flags every hand-graded cell as needing a manual grade again on each autograde;
 tests/test_grading.py shows the fix through a real re-run of ``grade``; here each case of the rule, on a real
@@ -15,7 +15,7 @@ from nbgrader.api import Gradebook
 from traitlets.config import Config
 
 from autograder.course import ROOT, Course, grade_id, is_grade, is_solution, read_notebook
-from autograder.handgrades import ANSWERS_FILE, KeepHandGrades
+from autograder.pipeline.handgrades import ANSWERS_FILE, KeepHandGrades
 
 ASSIGNMENT = "01_tensors"
 

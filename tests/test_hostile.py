@@ -12,11 +12,11 @@ from concurrent.futures import Future, ProcessPoolExecutor
 
 import pytest
 
-from autograder.batch import default_workers
-from autograder.build import execute_notebook
+from autograder.pipeline.batch import default_workers
+from autograder.pipeline.reference import execute_notebook
 from autograder.course import CHECKS_MODULE, ROOT, Course, grade_id
-from autograder.execute import Execute
-from autograder.samples import samples
+from autograder.pipeline.execute import Execute
+from autograder.authoring.samples import samples
 
 ALL = [s for a in Course(ROOT).assignment_ids() for s in samples(Course(ROOT), a)]
 HOSTILE = [s for s in ALL if s.student_id.startswith("hostile_")]
@@ -30,7 +30,7 @@ def test_there_are_hostile_fixtures():
 @pytest.fixture(scope="module")
 def executed_plainly(tmp_path_factory) -> Iterator[dict[str, Future]]:
     """Every hostile sample executed in a plain kernel (no sandbox, no verdict) in a folder of its own with
-    checks.py, as many at a time as the grader runs (:func:`autograder.batch.default_workers`): ``{id: future}``."""
+    checks.py, as many at a time as the grader runs (:func:`autograder.pipeline.batch.default_workers`): ``{id: future}``."""
     pool = ProcessPoolExecutor(default_workers(), mp_context=multiprocessing.get_context("spawn"))
     futures = {}
     for sample in HOSTILE:

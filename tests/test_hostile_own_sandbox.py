@@ -15,9 +15,9 @@ import subprocess
 import pytest
 
 from autograder.course import ROOT, Course, copy_course
-from autograder.demo import mismatches_of
-from autograder.grade import grade
-from autograder.samples import samples, write_download
+from autograder.harness.demo import mismatches_of
+from autograder.grading.grade import grade
+from autograder.authoring.samples import samples, write_download
 
 ASSIGNMENT = "01_tensors"
 FIXTURES = ROOT / "tests" / "hostile" / "own_sandbox" / f"{ASSIGNMENT}.toml"

@@ -28,13 +28,13 @@ from downloads import (
     zipped,
 )
 from autograder.course import ROOT, Course, CourseError, copy_course, is_grade, read_notebook, run_nbgrader
-from autograder.grade import Grading, grade
-from autograder.intake import opened, place, refuse_course_folders
-from autograder.intake.archives import MAX_MEMBERS, MAX_RATIO
-from autograder.intake.roster import Roster, map_student, safe_id, write_mapping
-from autograder.classreport import class_report, write_class_report
-from autograder.report import GRADES_COLUMNS, MARKED_LATE
-from autograder.samples import samples
+from autograder.grading.grade import Grading, grade
+from autograder.pipeline.intake.submissions import opened, place, refuse_course_folders
+from autograder.pipeline.intake.archives import MAX_MEMBERS, MAX_RATIO
+from autograder.pipeline.intake.roster import Roster, map_student, safe_id, write_mapping
+from autograder.results.classreport import class_report, write_class_report
+from autograder.results.report import GRADES_COLUMNS, MARKED_LATE
+from autograder.authoring.samples import samples
 
 COURSE = Course(ROOT)
 
@@ -544,7 +544,7 @@ def test_place_writes_the_normalised_notebook_and_platform_time_only(tmp_path, w
 
 
 def test_log_excerpt_quotes_the_exception_of_exactly_that_submission(tmp_path):
-    from autograder.grade import _log_excerpt
+    from autograder.grading.grade import _log_excerpt
 
     log = "\n".join(
         [
@@ -672,7 +672,7 @@ def test_a_graded_download_gives_grades_and_statuses_an_instructor_can_act_on(gr
 
 
 # Each other shape graded end to end (nbgrader, sandbox) in one course copy, one after the other: the notebooks are
-# the same in every download, so after the first run the batch finds them executed (autograder/execute.py's
+# the same in every download, so after the first run the batch finds them executed (autograder/pipeline/execute.py's
 # execution_key) and an extra shape costs little more than nbgrader's passes; only a submission with a time
 # (nbgrader's ada, Gradescope's two) runs again, its timestamp.txt being a file of its folder. Blackboard is graded
 # above.

@@ -5,9 +5,9 @@ import nbformat
 import pytest
 
 from autograder.course import ROOT, Course, read_notebook
-from autograder.machinery import findings, protected_names
-from autograder.samples import samples
-from autograder.structure import normalise
+from autograder.kernel.machinery import findings, protected_names
+from autograder.authoring.samples import samples
+from autograder.pipeline.structure import normalise
 
 SETUP = '''import numpy as np
 import torch
@@ -25,7 +25,7 @@ TOUCHES = {
         "from checks import records",
         "import IPython.display as d",
         "from nbgrader.utils import determine_grade",
-        "import autograder.verdict",
+        "import autograder.pipeline.verdict",
         "from . import checks",
         "import importlib\nimportlib.import_module('x')",
         "import builtins",

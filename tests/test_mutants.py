@@ -1,4 +1,4 @@
-"""Mutation testing of the reference solutions (autograder/mutants.py): the mutator's operators, the reviewed list of
+"""Mutation testing of the reference solutions (autograder/authoring/mutants.py): the mutator's operators, the reviewed list of
 equivalent mutants, and one assignment's table run for real (01_tensors: every mutant killed or listed)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ast
 import pytest
 
 from autograder.course import ROOT, Course, grade_id, read_notebook
-from autograder.mutants import equivalent_mutants, mutate, run, table, tasks
+from autograder.authoring.mutants import equivalent_mutants, mutate, run, table, tasks
 
 SOLUTION = '''def scale(x, factor=2):
     """Docstring: never mutated."""

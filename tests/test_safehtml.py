@@ -1,4 +1,4 @@
-"""What a feedback page keeps of a student's notebook (autograder/safehtml.py), without a kernel: each attack a
+"""What a feedback page keeps of a student's notebook (autograder/results/safehtml.py), without a kernel: each attack a
 notebook can carry, rendered by FeedbackExporter with nbgrader_config.py's HTMLExporter settings; the pages
 themselves are opened in Chromium by tests/test_feedback_browser.py."""
 
@@ -11,8 +11,8 @@ from traitlets.config import Config
 
 import nbgrader
 
-from autograder.feedback import FeedbackExporter
-from autograder.safehtml import CONTENT_SECURITY_POLICY, SafeNotebook, clean, math_image, with_policy
+from autograder.results.feedback import FeedbackExporter
+from autograder.results.safehtml import CONTENT_SECURITY_POLICY, SafeNotebook, clean, math_image, with_policy
 
 FORMGRADER = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
 RUN = "alert(1)"

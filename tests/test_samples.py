@@ -2,9 +2,9 @@
 
 import pytest
 
-from autograder import samples as samples_module
+from autograder.authoring import samples as samples_module
 from autograder.course import ROOT, Course, CourseError, is_solution
-from autograder.samples import HOSTILE_DIR, VARIANT_FILES, samples
+from autograder.authoring.samples import HOSTILE_DIR, VARIANT_FILES, samples
 
 
 def test_reference_is_release_with_the_source_solutions():
@@ -48,7 +48,7 @@ def test_a_valid_alternative_must_keep_every_point(monkeypatch):
 
 
 def test_the_demo_summary_counts_samples_that_graded_as_they_must_each_hostile_class_on_its_own():
-    from autograder.demo import summary
+    from autograder.harness.demo import summary
 
     problems = {
         ("reference", "01_a"): [],
@@ -72,7 +72,7 @@ def test_the_demo_summary_counts_samples_that_graded_as_they_must_each_hostile_c
 
 
 def test_the_default_demo_grades_a_wrong_answer_per_graded_cell_one_valid_alternative_and_every_hostile_sample():
-    from autograder.demo import representative
+    from autograder.harness.demo import representative
 
     course = Course(ROOT)
     for assignment_id in course.assignment_ids():

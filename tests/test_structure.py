@@ -7,7 +7,7 @@ import nbformat
 import pytest
 
 from autograder.course import ROOT, grade_id, is_autograder_tests, is_solution, read_notebook
-from autograder.structure import normalise, normalise_file
+from autograder.pipeline.structure import normalise, normalise_file
 from hostile.malformed_notebooks import MALFORMED
 
 RELEASE = read_notebook(ROOT / "release" / "01_tensors" / "01_tensors.ipynb")

@@ -6,8 +6,8 @@ import nbformat
 import pytest
 
 from autograder.course import ROOT, Course, grade_id, is_autograder_tests, read_notebook
-from autograder.samples import samples
-from autograder.validate import validate
+from autograder.authoring.samples import samples
+from autograder.authoring.validate import validate
 
 ASSIGNMENT = "01_tensors"
 WRONG = ("task_2_2_zero_negatives", "def zero_negatives_(x):\n    return x.abs_()\n")

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from autograder import checks
+from autograder.kernel import checks
 from autograder.course import ROOT
-from autograder.checks import (
+from autograder.kernel.checks import (
     check_close,
     check_device,
     check_dtype,
@@ -20,7 +20,7 @@ from autograder.checks import (
     check_shape,
     check_shares_memory,
 )
-from autograder.verdict import RECORD_MIME_TYPE, cell_records, first_mismatch, passes
+from autograder.pipeline.verdict import RECORD_MIME_TYPE, cell_records, first_mismatch, passes
 
 x = torch.arange(6.0).reshape(2, 3)
 
@@ -195,8 +195,8 @@ def test_check_dtype_false_lets_python_and_numpy_real_numbers_stand_for_each_oth
 def test_the_grader_reads_the_record_type_of_checks_py_without_importing_torch():
     """The command, the batch's workers and the nbgrader sessions (the course's preprocessors) know checks.py's
     record MIME type, and none of them imports torch for it (about 1.5 s of CPU a process)."""
-    modules = "autograder.cli, autograder.grade, autograder.session, autograder.batch, autograder.demo, nbgrader.apps"
-    preprocessors = "autograder.execute, autograder.verdict, autograder.feedback, autograder.feedbackstore, autograder.handgrades"
-    code = f"import sys, {modules}, {preprocessors}; print(autograder.verdict.RECORD_MIME_TYPE, 'torch' in sys.modules)"
+    modules = "autograder.cli, autograder.grading.grade, autograder.grading.session, autograder.pipeline.batch, autograder.harness.demo, nbgrader.apps"
+    preprocessors = "autograder.pipeline.execute, autograder.pipeline.verdict, autograder.results.feedback, autograder.pipeline.feedbackstore, autograder.pipeline.handgrades"
+    code = f"import sys, {modules}, {preprocessors}; print(autograder.pipeline.verdict.RECORD_MIME_TYPE, 'torch' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert shown.split() == [checks.RECORD_MIME_TYPE, "False"]

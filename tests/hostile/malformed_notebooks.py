@@ -8,7 +8,7 @@ import json
 
 import nbformat
 
-from autograder.structure import MAX_NOTEBOOK_BYTES
+from autograder.pipeline.structure import MAX_NOTEBOOK_BYTES
 
 
 def _with(release, change):

@@ -1,0 +1,1 @@
+"""The authors' commands: ``build``, ``check``, ``validate``, the sample submissions and the mutants."""

@@ -1,0 +1,1 @@
+"""One grading run (nbgrader's passes over a batch), and the ``grade`` command."""

@@ -1,0 +1,1 @@
+"""Harnesses over whole runs: ``demo`` (grades the sample submissions) and ``benchmark``."""

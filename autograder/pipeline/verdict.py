@@ -1,0 +1,317 @@
+"""Stage ``verdict``: judge each test cell again outside the kernel, from the values its checks recorded.
+
+A student's kernel runs their code and the tests in one process, so what the
+kernel reports (an error or none) can be forged: a replaced ``check_close``,
+an object equal to everything, a silenced traceback, a hook that rewrites or
+skips test cells. The check helpers (``autograder/kernel/checks.py``) therefore
+record, for every check, the value checked, the expected value and the rule.
+
+Once per batch the reference solution runs through the same tests in the
+same environment (:func:`reference_records`); its records give the trusted
+expected values and rules. After nbgrader has executed a submission,
+:class:`CompareRecords` (an nbgrader preprocessor, registered in
+``nbgrader_config.py`` right after ``Execute``) compares each autograder-tests
+cell's records with the reference's, one by one, and judges the student's
+value against the reference's expected value and rule here, outside the
+kernel. A missing, extra, reordered or failing record adds an error output
+to the cell, so nbgrader scores it 0 whatever the kernel printed or hid.
+
+nbgrader scores a test cell by its outputs in order: the first error or
+stderr stream gives 0, but the first ``execute_result`` before them gives the
+points it holds as text (partial credit), and a kernel can emit one whenever
+it likes (a graded function calling ``get_ipython().displayhook(2.0)``).
+:class:`CompareRecords` therefore turns every ``execute_result`` of a test cell
+into a ``display_data`` output (shown the same, scored by nobody): what is
+left for nbgrader to read is errors and stderr only, in any order, and a
+failed verdict is an error. The score of a test cell is full marks with no
+error and no stderr, else 0, whatever else the kernel sent and in what order.
+
+A test cell whose reference run records nothing is left to nbgrader's own
+verdict (``autograder check`` reports such cells), its execute_results made
+display_data all the same. What this cannot stop: a
+kernel that forges records (reaches the check helpers' module or IPython's
+display and records the expected value a test handed it), since nothing a
+kernel sends can prove where it came from; every way to do that needs code
+that ``autograder.kernel.machinery`` reports, so such a submission is flagged for
+a person to review.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import numpy as np
+from nbformat import NotebookNode
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from ..course import CHECKS_MODULE, Course, grade_id, is_autograder_tests
+from .execute import STORE
+from .reference import execute_notebook, reference_cells
+
+
+@functools.cache
+def checks_constant(name: str) -> Any:
+    """The value of ``name`` in ``checks.py`` (:data:`autograder.course.CHECKS_MODULE`), a literal assigned at its
+    top level, read from its source rather than imported: checks.py imports torch (about 1.5 s of CPU), which the
+    grader's own processes (the command, the batch's workers, the nbgrader sessions) do not otherwise need.
+
+    Raises:
+        KeyError: checks.py assigns no literal to ``name`` at its top level.
+    """
+    for node in ast.parse(CHECKS_MODULE.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets) and node.value is not None:
+            return ast.literal_eval(node.value)
+    raise KeyError(f"{CHECKS_MODULE} assigns no literal to {name}")
+
+
+RECORD_MIME_TYPE: str = checks_constant("RECORD_MIME_TYPE")
+"""The MIME type of a check record in a cell's outputs (:data:`checks.RECORD_MIME_TYPE`)."""
+
+MISMATCH = "CheckRecordMismatch"
+"""``ename`` of the error output the verdict adds to a cell it fails."""
+
+
+def cell_records(cell: NotebookNode) -> list[Any]:
+    """The check records a code cell's outputs hold, in order: the items of each array under the record MIME type
+    (``checks.py`` publishes a cell's records as one array when the cell ends); anything else found under it
+    counts as one record (it fails unless it is one)."""
+    found: list[Any] = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "display_data" and RECORD_MIME_TYPE in output.get("data", {}):
+            payload = output["data"][RECORD_MIME_TYPE]
+            found.extend(payload if isinstance(payload, list) else [payload])
+    return found
+
+
+def records_by_cell(notebook: NotebookNode) -> dict[str, list[Any]]:
+    """``{grade_id: records}`` for every autograder-tests cell of an executed notebook."""
+    return {grade_id(cell): cell_records(cell) for cell in notebook.cells if is_autograder_tests(cell)}
+
+
+def reference_records(course: Course, assignment_id: str, *, sandboxed: bool = False) -> dict[str, list[Any]]:
+    """Run the reference solution's notebook (source/ without markers) and collect its records per test cell.
+
+    The kernel starts in a scratch folder holding ``checks.py``, with this
+    process's environment and ``NBGRADER_EXECUTION=autograde``, as nbgrader's
+    kernels do (notebooks size some work by it), whoever calls this;
+    ``sandboxed``: in the students' sandbox (forked, so faster, as root).
+    """
+    with tempfile.TemporaryDirectory(prefix="reference-") as scratch:
+        shutil.copy(CHECKS_MODULE, Path(scratch) / "checks.py")
+        env = {"NBGRADER_EXECUTION": "autograde"}
+        notebook = reference_cells(course, assignment_id)
+        executed = execute_notebook(notebook, cwd=Path(scratch), env=env, sandboxed=sandboxed)
+    return records_by_cell(executed)
+
+
+def stored_reference(course: Course, assignment_id: str) -> Path:
+    """Where :mod:`autograder.pipeline.batch` stores an assignment's reference records: named by the SHA-256 of the
+    reference notebook's cells and ``checks.py``, so an edited source/ or helper is run afresh."""
+    cells = [[cell.cell_type, cell.source] for cell in reference_cells(course, assignment_id).cells]
+    digest = hashlib.sha256(json.dumps(cells).encode() + CHECKS_MODULE.read_bytes()).hexdigest()
+    return course.root / STORE / f"reference-{assignment_id}-{digest}.json"
+
+
+def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
+    """Why a cell's records fail against the reference's (``None`` when they pass).
+
+    Records are paired in order; each pair must name the same check and
+    label, the object checked must be of the exact type the reference's was
+    (a ``tuple`` where the reference returns a tuple, not a list; a Python
+    ``float``, not a 0-d tensor or a NumPy scalar; ``raises`` records aside;
+    with the test's ``check_dtype=False``, any real number for a real number,
+    :func:`_same_type`),
+    and the student's value must pass the reference's expected value under
+    the reference's rule (:func:`passes`). A value the kernel refused to
+    encode (``{"refused": why}``: a tensor or array subclass) passes nothing.
+    """
+    for number, trusted in enumerate(reference, start=1):
+        where = f"check {number} of {len(reference)} ({trusted.get('label')})"
+        if number > len(student):
+            return f"{where} did not run"
+        record = student[number - 1]
+        if not isinstance(record, dict) or (record.get("check"), record.get("label")) != (
+            trusted.get("check"),
+            trusted.get("label"),
+        ):
+            return f"{where}: a different check ran in its place"
+        if trusted.get("check") != "raises" and not _same_type(record.get("type"), trusted):
+            return f"{where}: got a {record.get('type')} where the reference solution gives a {trusted.get('type')}"
+        if passes(trusted["check"], record.get("value"), trusted.get("expected"), trusted.get("rule", {})) is False:
+            return f"{where} failed when judged outside the kernel"
+    if len(student) > len(reference):
+        return f"{len(student) - len(reference)} check record(s) more than the tests make"
+    return None
+
+
+REAL_NUMBER = re.compile(r"float|int|numpy\.(u?int|float)\d+")
+"""Type names of the real numbers a test's ``check_dtype=False`` lets stand for each other (Python's ``float`` and
+``int``, NumPy's integer and floating scalars; not ``bool``, not a tensor)."""
+
+
+def _same_type(name: Any, trusted: dict[str, Any]) -> bool:
+    """Whether a record of type ``name`` is of the type of the reference record ``trusted``: the exact type, or,
+    where the test passed ``check_dtype=False``, any :data:`REAL_NUMBER` for a real number."""
+    if name == trusted.get("type"):
+        return True
+    relaxed = trusted.get("rule", {}).get("check_dtype", True) is False
+    return relaxed and all(isinstance(n, str) and REAL_NUMBER.fullmatch(n) for n in (name, trusted.get("type")))
+
+
+def passes(check: str, value: Any, expected: Any, rule: dict[str, Any]) -> bool | None:
+    """Judge one encoded value as the check helper ``check`` would, outside the kernel.
+
+    Returns ``None`` when the record cannot be judged here (an array too
+    large to have its values recorded); the kernel's verdict then stands.
+    """
+    kind = rule.get("kind")
+    if kind == "close":
+        return _close(value, expected, rule)
+    if kind == "device":
+        return _same_device(value, expected)
+    if kind == "raises":
+        if not isinstance(value, dict) or not isinstance(value.get("mro"), list):
+            return False
+        match = rule.get("match")
+        return bool(set(expected) & set(value["mro"])) and (match is None or match in str(value.get("message")))
+    if check == "equal" and _is_array(value) and _is_array(expected):
+        a, b = _array(value), _array(expected)
+        if (a["dtype"], a["shape"]) != (b["dtype"], b["shape"]):
+            return False
+        return None if a["data"] is None or b["data"] is None else _strict_equal(a["data"], b["data"])
+    return _strict_equal(value, expected)
+
+
+def _strict_equal(a: Any, b: Any) -> bool:
+    """JSON equality that tells ``True`` from ``1`` and ``1`` from ``1.0`` (an object is any dict, nbformat's
+    NotebookNode included: records come from notebooks in memory, on disk and from stored JSON)."""
+    if _json_kind(a) is not _json_kind(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_strict_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_strict_equal(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _json_kind(value: Any) -> type:
+    return dict if isinstance(value, dict) else list if isinstance(value, list) else type(value)
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("tensor", "ndarray")
+
+
+def _array(value: Any) -> dict[str, Any]:
+    return next(iter(value.values()))
+
+
+def _numbers(data: Any) -> np.ndarray:
+    """Decode recorded values (nested lists, ``{"float": "nan"}``, complex as pairs) to a float array."""
+
+    def decode(item: Any) -> Any:
+        if isinstance(item, dict):
+            return float(item["float"])
+        if isinstance(item, list):
+            return [decode(x) for x in item]
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise TypeError(f"not a number: {item!r}")
+        return float(item)
+
+    return np.asarray(decode(data), dtype=np.float64)
+
+
+def _close(value: Any, expected: Any, rule: dict[str, Any]) -> bool | None:
+    """As ``torch.testing.assert_close`` with the rule's rtol and atol: shapes, devices, dtypes (if asked), values."""
+    if not (_is_array(value) and _is_array(expected)):
+        return False
+    a, b = _array(value), _array(expected)
+    if a["shape"] != b["shape"] or a["device"] != b["device"]:
+        return False
+    if rule.get("check_dtype", True) and a["dtype"] != b["dtype"]:
+        return False
+    if a["data"] is None or b["data"] is None:
+        return None
+    try:
+        actual, wanted = _numbers(a["data"]), _numbers(b["data"])
+    except (TypeError, KeyError, ValueError):
+        return False
+    if actual.shape != wanted.shape or np.isnan(actual).any() or np.isnan(wanted).any():
+        return False
+    infinite = np.isinf(wanted) | np.isinf(actual)
+    if not np.array_equal(actual[infinite], wanted[infinite]):
+        return False
+    finite = ~infinite
+    bound = float(rule["atol"]) + float(rule["rtol"]) * np.abs(wanted[finite])
+    return bool(np.all(np.abs(actual[finite] - wanted[finite]) <= bound))
+
+
+def _same_device(value: Any, expected: Any) -> bool:
+    if not isinstance(value, str) or not isinstance(expected, str):
+        return False
+    kind, _, index = value.partition(":")
+    expected_kind, _, expected_index = expected.partition(":")
+    return kind == expected_kind and (not expected_index or index == expected_index)
+
+
+def unscored(output: NotebookNode) -> NotebookNode:
+    """An output as the verdict leaves it in a test cell: an ``execute_result`` becomes a ``display_data`` of the
+    same data and metadata (minus the record MIME type: records come from ``display_data`` only), which nbgrader's
+    ``determine_grade`` does not read as a score; any other output is returned as it is."""
+    if output.get("output_type") != "execute_result":
+        return output
+    data = {mime: value for mime, value in output.get("data", {}).items() if mime != RECORD_MIME_TYPE}
+    return nbformat.v4.new_output("display_data", data=data, metadata=output.get("metadata", {}))
+
+
+_REFERENCES: dict[tuple[str, str], dict[str, list[Any]]] = {}
+"""Reference records per (course root, assignment), computed once per process: nbgrader makes a new
+preprocessor instance for every notebook, and runs one autograde process per assignment and batch."""
+
+
+def reference_of(preprocessor: NbGraderPreprocessor, assignment_id: str) -> dict[str, list[Any]]:
+    """The reference's records of an assignment (``{grade_id: records}``) for an nbgrader preprocessor of the
+    course in its config (or the working folder): stored by the batch, else computed here, once per process."""
+    root = str(preprocessor.config.get("CourseDirectory", {}).get("root") or os.getcwd())
+    if (root, assignment_id) not in _REFERENCES:
+        course = Course(Path(root))
+        try:
+            _REFERENCES[(root, assignment_id)] = json.loads(stored_reference(course, assignment_id).read_text())
+        except (OSError, ValueError):  # not computed ahead by the batch
+            preprocessor.log.info("Running the reference solution of %s for its check records", assignment_id)
+            _REFERENCES[(root, assignment_id)] = reference_records(course, assignment_id)
+    return _REFERENCES[(root, assignment_id)]
+
+
+class CompareRecords(NbGraderPreprocessor):
+    """nbgrader autograde preprocessor: fail every test cell whose records do not pass against the reference's,
+    and leave nbgrader no output of a test cell to score but errors and stderr (:func:`unscored`)."""
+
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        reference = reference_of(self, resources["nbgrader"]["assignment"])
+        for cell in nb.cells:
+            if not is_autograder_tests(cell):
+                continue
+            records = cell_records(cell)
+            cell.outputs = [unscored(output) for output in cell.get("outputs", [])]
+            if not reference.get(grade_id(cell)):
+                continue
+            if any(output.get("output_type") == "error" for output in cell.get("outputs", [])):
+                continue  # nbgrader scores it 0 already
+            problem = first_mismatch(records, reference[grade_id(cell)])
+            if problem is not None:
+                cell.outputs.append(
+                    nbformat.v4.new_output("error", ename=MISMATCH, evalue=problem, traceback=[problem])
+                )
+        return nb, resources

@@ -1,0 +1,1 @@
+"""What a grading run reports: the results table, grades.csv, the class report and the feedback pages."""
