@@ -38,7 +38,7 @@ export PYTHONPATH="$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 # pytest-xdist: files in parallel, each on one worker (a module's fixtures made once, a notebook's nbval cells in
 # order in one kernel), tests/test_samples_graded.py (the one `demo --all` run) first (tests/conftest.py).
 # TEST_WORKERS=0 runs every test in this process, one after another. The log ends with the 25 slowest tests
-# (where CI's minutes go, issue 17).
+# (where CI's minutes go).
 exec "$python" -m pytest tests notebooks -p nbval_policy \
   -n "${TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
   --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \

@@ -1,4 +1,4 @@
-"""AUTHORING.md's worked example, step by step, on a copy of the course: the cells, the opening's counts,
+"""docs/authoring.md's worked example, step by step, on a copy of the course: the cells, the opening's counts,
 the sample answers and the commands are read from the guide itself.
 
 The copy's tests/submissions/01_tensors.toml holds the example's sample answers only (the course's own are
@@ -13,7 +13,7 @@ import nbformat
 
 from autograder.course import ROOT, grade_id, read_notebook
 
-GUIDE = ROOT / "AUTHORING.md"
+GUIDE = ROOT / "docs" / "authoring.md"
 ASSIGNMENT = "01_tensors"
 AFTER = "task_3_1_hwc_to_chw"
 COMMAND = [".venv/bin/python", "-m", "autograder"]
@@ -22,7 +22,7 @@ COMMAND = [".venv/bin/python", "-m", "autograder"]
 def example(name: str) -> str:
     """The fenced block after ``<!-- worked example: NAME -->`` in the guide."""
     found = re.search(rf"<!-- worked example: {name} -->\n```\w*\n(.*?)```", GUIDE.read_text(), re.DOTALL)
-    assert found, f"AUTHORING.md has no worked example block {name!r}"
+    assert found, f"docs/authoring.md has no worked example block {name!r}"
     return found.group(1)
 
 

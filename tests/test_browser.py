@@ -1,7 +1,7 @@
 """The student's path in JupyterLab, in a real browser (Debian's Chromium driven by Playwright).
 
-JupyterLab runs from this environment on 127.0.0.1 with a token, in a scratch course folder as the
-README's Students section sets it up (nbgrader_config.py, release/ with the reference solutions
+JupyterLab runs from this environment on 127.0.0.1 with a token, in a scratch course folder as
+docs/students.md sets it up (nbgrader_config.py, release/ with the reference solutions
 filled in). For each notebook: *Kernel > Restart Kernel and Run All Cells* through the menu runs
 every code cell, only the cells tagged ``raises-exception`` show an error, every figure renders,
 and nbgrader's Validate button reports success. Screenshots of each final state are written to
@@ -83,7 +83,7 @@ def course_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lab(course_folder):
-    """JupyterLab started as the README says, from the course folder; yields its base URL."""
+    """JupyterLab started as docs/students.md says, from the course folder; yields its base URL."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     env.update(JUPYTER_RUNTIME_DIR=str(course_folder / ".runtime"), COURSE_DEVICE="cpu")

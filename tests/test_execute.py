@@ -80,7 +80,7 @@ def data_types(cell) -> list[list[str]]:
 @pytest.mark.parametrize("fork", [True, False], ids=["forked", "own sandbox"])
 def test_figures_are_not_drawn_while_grading_also_after_a_restart_unless_asked_for(fork):
     # 60 s a cell, not 2: a kernel of its own imports matplotlib first (about 1.3 CPU s), which took over 2 s on CI's
-    # two busy cores (stop 27: the cell timed out, so it had no outputs to compare)
+    # two busy cores (the cell then timed out, so it had no outputs to compare)
     setup, before, dying, after = run(SETUP, FIGURE, "os._exit(0)", FIGURE, fork=fork, timeout=60)
     assert enames(dying) == [KERNEL_DIED]
     assert data_types(before) == data_types(after) == [["text/plain"]]

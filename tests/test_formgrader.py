@@ -1,4 +1,4 @@
-"""Manual grading as the README says: formgrader opens in JupyterLab started as ``.venv/bin/jupyter lab``.
+"""Manual grading as docs/instructors.md says: formgrader opens in JupyterLab started as ``.venv/bin/jupyter lab``.
 
 The environment is not activated (its bin/ is not on PATH) and the course has no gradebook yet, so
 formgrader's first request makes nbgrader create it, which runs ``alembic`` by name: the course's

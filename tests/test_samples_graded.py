@@ -5,7 +5,7 @@ on one pytest-xdist worker): each gets its expected grade, in grades.csv, task_r
 The hostile samples of 01_tensors, read back from its gradebook as ``report`` reads them: self-scorers earn exactly
 what the verdict gives, malformed files are each one student's invalid notebook, leaks of the hidden tests reach no
 feedback page, students' markup reaches it only as text, output floods keep within the output limits and the
-grader's processes within the memory bound README states, and an execution whose kernel breached its isolation is
+grader's processes within the memory bound docs/security.md states, and an execution whose kernel breached its isolation is
 not stored for reuse. The malformed files, which are no samples, are graded in a batch of their own beside the
 reference.
 
@@ -173,7 +173,7 @@ def test_an_output_flood_loses_its_cells_and_stays_within_the_output_limits(grad
 
 
 def test_the_graders_own_memory_stays_under_its_bound_whatever_the_kernels_send(every_sample_graded):
-    """README, "Limits": each process of the grader stays under GRADER_MEMORY_BOUND; measured (VmHWM of every
+    """docs/security.md, "Limits that bind": each process of the grader stays under GRADER_MEMORY_BOUND; measured (VmHWM of every
     grading process, polled) over the whole run, output floods included."""
     assert FLOODS
     command, peak = every_sample_graded.memory.largest
@@ -182,7 +182,7 @@ def test_the_graders_own_memory_stays_under_its_bound_whatever_the_kernels_send(
 
 
 GRADER_MEMORY_BOUND = 1 * 2**30
-"""The bound README states for each grading process."""
+"""The bound docs/security.md states for each grading process."""
 REFERENCE_NOTEBOOK_BYTES = 2 * 2**20
 """Room for what a notebook holds besides its outputs (cells, metadata) and feedback's page around them."""
 

@@ -163,7 +163,7 @@ VARIANT_FILES = {
 
 def samples_root(course: Course) -> Path:
     """Where the course's sample files are (``tests/submissions/``, ``tests/hostile/``): in the course directory
-    when it has a ``tests/submissions/`` of its own (a copy made to try a new task, see AUTHORING.md), else in
+    when it has a ``tests/submissions/`` of its own (a copy made to try a new task, see docs/authoring.md), else in
     this repository."""
     return course.root if (course.root / SAMPLES_DIR.relative_to(ROOT)).is_dir() else ROOT
 
