@@ -3,13 +3,16 @@
 import csv
 import functools
 import io
+import os
 import stat
+import sys
 import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from nbgrader.api import Gradebook
 from downloads import (
     ASSIGNMENT,
     SHAPES,
@@ -19,7 +22,8 @@ from downloads import (
     canvas_anonymous,
     impersonations,
     canvas_names,
-    hashes,
+    gradescope_record,
+        hashes,
     moodle_namings,
     nbgrader_layout,
     notebooks,
@@ -28,12 +32,19 @@ from downloads import (
     zipped,
 )
 from autograder.course import ROOT, Course, CourseError, copy_course, is_grade, read_notebook, run_nbgrader
-from autograder.grade import Grading, grade
-from autograder.intake import opened, place, refuse_course_folders
+from autograder.grade import Grading, _enrol, grade
+from autograder.intake import opened, place, refuse_course_folders, write_manifest
 from autograder.intake.archives import MAX_MEMBERS, MAX_RATIO
 from autograder.intake.roster import Roster, map_student, safe_id, write_mapping
-from autograder.classreport import class_report, write_class_report
-from autograder.report import GRADES_COLUMNS, MARKED_LATE
+from autograder.classreport import ClassReport, class_report, write_class_report
+from autograder.report import (
+    GRADES_COLUMNS,
+    MARKED_LATE,
+    QuotedCsvExport,
+    SubmissionResult,
+    TaskResult,
+    write_task_results,
+)
 from autograder.samples import samples
 
 COURSE = Course(ROOT)
@@ -486,6 +497,101 @@ def test_roster_maps_platform_ids_emails_and_names_and_the_mapping_is_written(tm
     (tmp_path / "bad.csv").write_text("id,name\n1,x\n")
     with pytest.raises(CourseError, match="needs a header row with student_id"):
         Roster.read(tmp_path / "bad.csv")
+
+
+def read_rows(path):
+    with path.open(newline="", encoding="utf-8") as handle:
+        return list(csv.reader(handle))
+
+
+HOSTILE_GRADESCOPE = gradescope_record(
+    "submission_7001", "2026-11-30 10:15:00 -08:00", ("Ada Lovelace", "1001", "ada@example.edu")
+) + """submission_7002:
+  :submitters:
+  - :name: "@SUM(1+1)*cmd|' /C calc'!A0"
+    :sid: '1002'
+    :email: "+1@example.edu"
+  :created_at: 2026-11-30 10:15:00 -08:00
+"""
+"""A Gradescope export whose second submitter wrote a formula as their name and e-mail on the platform."""
+
+
+def test_every_csv_makes_a_hostile_platform_text_text_and_keeps_honest_cells(tmp_path, monkeypatch, work_and_blank):
+    """A name, e-mail or file name a student wrote on the platform (a Canvas or Moodle name, Gradescope's metadata),
+    a roster's names, or a task's heading starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return was
+    run as a formula by a spreadsheet opening task_results.csv, grades.csv or class_results.csv: every CSV now
+    writes it with a leading ``'``; honest text and the scores are written as before."""
+    work, blank = work_and_blank
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # nbgrader's alembic
+    canvas = take(write(tmp_path / "canvas", {"-cmd_1003_5001_01_tensors.ipynb": work,
+                                              "lovelaceada_1001_5002_01_tensors.ipynb": blank}))
+    moodle_files = {"=HYPERLINK(1) Eve_33_assignsubmission_file/01_tensors.ipynb": work,
+                    "Ada Lovelace_31_assignsubmission_file/01_tensors.ipynb": blank}
+    moodle = take(write(tmp_path / "moodle", moodle_files))
+    gradescope = take(write(tmp_path / "gradescope", {"export/submission_metadata.yml": HOSTILE_GRADESCOPE,
+                                                      "export/submission_7001/01_tensors.ipynb": work,
+                                                      "export/submission_7002/01_tensors.ipynb": blank}))
+    roster = Roster.read(roster_of(tmp_path, ["student_id", "platform_id", "first_name", "last_name", "email"],
+                                   ["s1", "1001", "Ada", "Lovelace", "ada@example.edu"],
+                                   ["s3", "1003", "=evil", "@Tab", "-x@example.edu"]))
+    rostered = take(tmp_path / "canvas", roster=roster)
+    for name, found in (("canvas", canvas), ("moodle", moodle), ("gradescope", gradescope), ("roster", rostered)):
+        write_manifest(found.manifest, tmp_path / f"{name}-manifest.csv")
+        write_mapping(found.mappings, tmp_path / f"{name}-ids.csv")
+    assert read_rows(tmp_path / "canvas-manifest.csv")[1:] == [
+        ["'-cmd_1003_5001_01_tensors.ipynb", "graded", "cmd_1003", "01_tensors", ""],
+        ["lovelaceada_1001_5002_01_tensors.ipynb", "graded", "lovelaceada_1001", "01_tensors", ""],
+    ]
+    assert read_rows(tmp_path / "canvas-ids.csv")[1:] == [
+        ["cmd_1003", "canvas", "1003", "'-cmd", "", "derived"],
+        ["lovelaceada_1001", "canvas", "1001", "lovelaceada", "", "derived"],
+    ]
+    assert [row[:2] for row in read_rows(tmp_path / "moodle-manifest.csv")[1:]] == [
+        ["'=HYPERLINK(1) Eve_33_assignsubmission_file/01_tensors.ipynb", "graded"],
+        ["Ada Lovelace_31_assignsubmission_file/01_tensors.ipynb", "graded"],
+    ]
+    assert [row[:4] for row in read_rows(tmp_path / "moodle-ids.csv")[1:]] == [
+        ["HYPERLINK_1_Eve_33", "moodle", "33", "'=HYPERLINK(1) Eve"], ["Ada_Lovelace_31", "moodle", "31", "Ada Lovelace"]
+    ]
+    assert read_rows(tmp_path / "gradescope-ids.csv")[1:] == [
+        ["1001", "gradescope", "1001", "Ada Lovelace", "ada@example.edu", "derived"],
+        ["1002", "gradescope", "1002", "'@SUM(1+1)*cmd|' /C calc'!A0", "'+1@example.edu", "derived"],
+    ]
+    # grades.csv: the gradebook's students as grade enrols them (the roster's names, the platform's e-mail).
+    course = Course(tmp_path / "course")
+    course.root.mkdir()
+    with Gradebook(course.db_url) as gradebook:
+        gradebook.add_assignment(ASSIGNMENT)
+    for found in (gradescope, rostered):
+        _enrol(course, found)
+    export = QuotedCsvExport()
+    export.to = str(tmp_path / "grades.csv")
+    with Gradebook(course.db_url) as gradebook:
+        export.export(gradebook)
+    text = (tmp_path / "grades.csv").read_bytes().decode()
+    assert "01_tensors,,,1001,,,ada@example.edu,0.0,0.0,0.0,0.0\r\n" in text  # honest rows: as before
+    assert "01_tensors,,,s1,Lovelace,Ada,ada@example.edu,0.0,0.0,0.0,0.0\r\n" in text
+    assert sorted(row[3:] for row in read_rows(tmp_path / "grades.csv")[1:]) == [
+        ["1001", "", "", "ada@example.edu", "0.0", "0.0", "0.0", "0.0"],
+        ["1002", "", "", "'+1@example.edu", "0.0", "0.0", "0.0", "0.0"],
+        ["s1", "Lovelace", "Ada", "ada@example.edu", "0.0", "0.0", "0.0", "0.0"],
+        ["s3", "'@Tab", "'=evil", "'-x@example.edu", "0.0", "0.0", "0.0", "0.0"],
+    ]
+    # task_results.csv and class_results.csv: a task's heading and the notes are text too; scores stay numbers.
+    tasks = [TaskResult("t1", "=1+1 task", 2.0, 3.0, True, True, False, "failed"),
+             TaskResult("t2", "Task 2 - strides", 3.0, 3.0, True, True, False, "ok")]
+    results = [SubmissionResult("s3", ASSIGNMENT, "ok", ["\t-1 point: late"], tasks=tasks)]
+    write_task_results(results, tmp_path / "task_results.csv")
+    assert read_rows(tmp_path / "task_results.csv")[1:] == [
+        [ASSIGNMENT, "s3", "t1", "'=1+1 task", "autograded", "2", "3", "true", "false", "failed", "", "ok",
+         "'\t-1 point: late"],
+        [ASSIGNMENT, "s3", "t2", "Task 2 - strides", "autograded", "3", "3", "true", "false", "ok", "", "ok",
+         "'\t-1 point: late"],
+    ]
+    write_class_report(course, ClassReport(results))
+    assert [row[:4] for row in read_rows(course.root / "class_results.csv")[1:]] == [
+        [ASSIGNMENT, "t1", "'=1+1 task", "autograded"], [ASSIGNMENT, "t2", "Task 2 - strides", "autograded"]
+    ]
 
 
 def roster_of(folder, *rows):
