@@ -34,7 +34,8 @@ from downloads import (
 from autograder.course import ROOT, Course, CourseError, copy_course, is_grade, read_notebook, run_nbgrader
 from autograder.grade import Grading, _enrol, grade
 from autograder.intake import opened, place, refuse_course_folders, write_manifest
-from autograder.intake.archives import MAX_MEMBERS, MAX_RATIO
+from autograder.intake import archives
+from autograder.intake.archives import MAX_MEMBER_BYTES, MAX_MEMBERS
 from autograder.intake.roster import Roster, map_student, safe_id, write_mapping
 from autograder.classreport import ClassReport, class_report, write_class_report
 from autograder.report import (
@@ -362,11 +363,14 @@ def test_assignment_option_grades_a_whole_download_as_one_assignment(tmp_path, w
         take(download, assignment="99_x")
 
 
+@functools.cache
 def bomb():
-    """A zip whose one member expands far past MAX_RATIO times its compressed size."""
+    """A zip whose one member expands past MAX_MEMBER_BYTES (257 KiB compressed)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as handle:
-        handle.writestr("01_tensors.ipynb", b" " * (MAX_RATIO * 4 * 1024 * 10))
+        with handle.open("01_tensors.ipynb", "w", force_zip64=True) as member:
+            for _ in range(MAX_MEMBER_BYTES // (1 << 20) + 1):
+                member.write(b" " * (1 << 20))
     return buffer.getvalue()
 
 
@@ -428,6 +432,112 @@ def test_a_hostile_member_of_the_download_zip_is_refused_alone_and_a_large_zip_i
     assert (escape.status, escape.student_id) == ("refused", "evil") and "outside its folder" in escape.note
     link = rows["bea/01_tensors/01_tensors.ipynb"]
     assert (link.status, link.student_id) == ("refused", "bea") and "is a link" in link.note
+
+
+LOG = b"".join(b"epoch %d: loss 0.125000, accuracy 0.968750\n" % (n % 10) for n in range(100_000))
+"""An honest training log of 4.2 MB that compresses about 800 times."""
+
+
+def corrupt(data, member):
+    """The zip ``data`` with one byte of ``member``'s compressed bytes changed (its CRC then fails)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as handle:
+        info = handle.getinfo(member)
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra) + 5
+    return data[:start] + bytes([data[start] ^ 0xFF]) + data[start + 1:]
+
+
+def test_one_member_s_problem_in_the_download_zip_refuses_that_member_alone(tmp_path, monkeypatch, work_and_blank):
+    """A member past a ratio of its compressed size (an honest log compresses ~800x), one whose name is too long
+    for the file system, a file where another member needs a folder, a corrupt member: each refused the whole
+    platform zip, so no student was graded. Now each is refused alone (or, inside a student's own archive, that
+    archive), measured as it is extracted, and every other student is graded."""
+    monkeypatch.setattr(archives, "MAX_MEMBER_BYTES", 5 << 20)
+    monkeypatch.setattr(archives, "MAX_BYTES", 12 << 20)
+    work, blank = work_and_blank
+    nb, long_name = "01_tensors/01_tensors.ipynb", "x" * 300 + ".ipynb"
+    files = {
+        f"ada/{nb}": work,
+        f"bea/{nb}": blank,
+        "bea/01_tensors/train.log": LOG,
+        f"cy/{nb}": b"{" + b" " * (6 << 20) + b"}",  # 6 MiB of notebook: past the member bound
+        f"dee/{nb}": work,
+        f"dee/01_tensors/{long_name}": blank,
+        f"eve/{nb}": work,
+        f"eve/{nb}/checkpoint.ipynb": blank,
+        f"fay/{nb}": work,
+        "gus/01_tensors/weights.bin": b"\x00" * (4 << 20),
+        f"hal/{nb}": blank,
+        "hal/01_tensors/work.zip": zip_bytes({"01_tensors.ipynb": work, "train.log": LOG[: 1 << 20]}),
+        f"ivy/{nb}": blank,
+        "ivy/01_tensors/work.zip": zip_bytes({"01_tensors.ipynb": work, long_name: blank}),
+        "jo/01_tensors/data.bin": b"\x01" * (4 << 20),  # past the download's 12 MiB with the members before it
+        f"jo/{nb}": work,
+    }
+    download = tmp_path / "gradebook.zip"
+    download.write_bytes(corrupt(zip_bytes(files), f"fay/{nb}"))
+    found = take(download)
+    assert {s.student_id: s.source for s in found.submissions} == {
+        "ada": f"ada/{nb}", "bea": f"bea/{nb}", "dee": f"dee/{nb}", "eve": f"eve/{nb}",
+        "hal": "hal/01_tensors/work.zip!01_tensors.ipynb", "ivy": f"ivy/{nb}", "jo": f"jo/{nb}",
+    }
+    rows = {row.file: (row.status, row.student_id, row.note) for row in found.manifest}
+    assert rows["bea/01_tensors/train.log"] == ("not taken", "bea", "not a notebook: not graded, not copied")
+    assert rows[f"cy/{nb}"] == ("refused", "cy", f"refused: '{'cy/' + nb}' expands past {5 << 20} bytes "
+                                                 "(a zip bomb, or too big to grade)")
+    assert rows[f"dee/01_tensors/{long_name}"] == (
+        "refused", "dee", f"refused: member 'dee/01_tensors/{long_name}' cannot be extracted (File name too long)")
+    assert rows[f"eve/{nb}/checkpoint.ipynb"] == (
+        "refused", "eve", f"refused: member 'eve/{nb}/checkpoint.ipynb' cannot be extracted (File exists)")
+    status, student, note = rows[f"fay/{nb}"]  # the reason is zlib's, in its words
+    assert (status, student) == ("refused", "fay")
+    assert note.startswith(f"refused: member 'fay/{nb}' cannot be extracted (")
+    assert rows["gus/01_tensors/weights.bin"] == ("not taken", "gus", "not a notebook: not graded, not copied")
+    assert rows["hal/01_tensors/work.zip"][:2] == ("archive opened", "")
+    assert rows["hal/01_tensors/work.zip!train.log"][:2] == ("not taken", "hal")
+    assert rows["ivy/01_tensors/work.zip"] == (
+        "refused", "ivy", f"archive refused: member '{long_name}' cannot be extracted (File name too long)")
+    assert rows["jo/01_tensors/data.bin"] == ("refused", "jo", "refused: 'jo/01_tensors/data.bin' expands past the "
+                                              f"download's archives past {12 << 20} bytes (a zip bomb, or too big to "
+                                              "grade)")
+    inner = ["hal/01_tensors/work.zip!01_tensors.ipynb", "hal/01_tensors/work.zip!train.log"]
+    assert sorted(rows) == sorted([*files, *inner])
+    assert {student: notes for student, notes in found.left_out.items()} == {
+        "cy": [f"cy/{nb} ({rows[f'cy/{nb}'][2]})"], "fay": [f"fay/{nb} ({rows[f'fay/{nb}'][2]})"],
+        "gus": ["weights.bin"],
+    }
+
+
+def test_two_members_of_one_name_are_both_listed_and_the_later_is_graded(tmp_path, work_and_blank):
+    """A zip holding two members of one name (a file added to a zip again is appended) was extracted over itself:
+    the earlier member vanished from the manifest. Both are listed; the later one, what unzipping leaves, is read
+    and graded, the earlier is extracted apart and not taken, saying why."""
+    work, blank = work_and_blank
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as handle, pytest.warns(UserWarning, match="Duplicate name"):
+        handle.writestr("01_tensors.ipynb", work)
+        handle.writestr("01_tensors.ipynb", blank)
+    download = io.BytesIO()
+    with zipfile.ZipFile(download, "w") as handle, pytest.warns(UserWarning, match="Duplicate name"):
+        handle.writestr("lovelaceada_1001_5001_01_tensors.ipynb", blank)
+        handle.writestr("brontebea_1002_5002_work.zip", inner.getvalue())
+        handle.writestr("lovelaceada_1001_5001_01_tensors.ipynb", work)
+        handle.writestr("lovelaceada_1001_5001_01_tensors.ipynb", blank + " ")
+        handle.writestr("lovelaceada_1001_5001_01_tensors.ipynb", work + " ")
+    (tmp_path / "submissions.zip").write_bytes(download.getvalue())
+    ada, bea = "lovelaceada_1001_5001_01_tensors.ipynb", "brontebea_1002_5002_work.zip"
+    with opened(tmp_path / "submissions.zip", course=COURSE, release=release) as found:
+        graded = {s.student_id: (s.source, s.notebook.read_text()) for s in found.submissions}
+        listed = {row.file: (row.status, row.student_id, row.note) for row in found.manifest}
+    assert graded == {"lovelaceada_1001": (ada, work + " "), "brontebea_1002": (f"{bea}!01_tensors.ipynb", blank)}
+    replaced = ("not taken: a later member of the same name is what extracting the archive leaves (unzip tools "
+                "overwrite), so that one is read; this one was extracted apart")
+    assert listed == {
+        ada: ("graded", "lovelaceada_1001", ""),
+        **{f"{ada} [member {n} of 4 so named]": ("not taken", "lovelaceada_1001", replaced) for n in (1, 2, 3)},
+        bea: ("archive opened", "", "archive opened (2 members)"),
+        f"{bea}!01_tensors.ipynb": ("graded", "brontebea_1002", ""),
+        f"{bea}!01_tensors.ipynb [member 1 of 2 so named]": ("not taken", "brontebea_1002", replaced),
+    }
 
 
 def test_an_unreadable_download_is_refused_with_a_message(tmp_path):
@@ -551,7 +661,8 @@ def test_every_csv_makes_a_hostile_platform_text_text_and_keeps_honest_cells(tmp
         ["Ada Lovelace_31_assignsubmission_file/01_tensors.ipynb", "graded"],
     ]
     assert [row[:4] for row in read_rows(tmp_path / "moodle-ids.csv")[1:]] == [
-        ["HYPERLINK_1_Eve_33", "moodle", "33", "'=HYPERLINK(1) Eve"], ["Ada_Lovelace_31", "moodle", "31", "Ada Lovelace"]
+        ["HYPERLINK_1_Eve_33", "moodle", "33", "'=HYPERLINK(1) Eve"],
+        ["Ada_Lovelace_31", "moodle", "31", "Ada Lovelace"],
     ]
     assert read_rows(tmp_path / "gradescope-ids.csv")[1:] == [
         ["1001", "gradescope", "1001", "Ada Lovelace", "ada@example.edu", "derived"],
