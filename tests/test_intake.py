@@ -507,6 +507,43 @@ def test_one_member_s_problem_in_the_download_zip_refuses_that_member_alone(tmp_
     }
 
 
+GRADESCOPE_BOMB = "".join(f"  :laugh{n}: &laugh{n} [{', '.join([f'*laugh{n - 1}'] * 9)}]\n" for n in range(1, 10))
+"""Nine fields of a record, each nine times the one before: ``laugh9`` stands for 9**9 strings ("billion
+laughs"), written in 600 characters."""
+
+
+def test_a_malformed_gradescope_record_refuses_only_its_submission_folder(tmp_path, work_and_blank):
+    """A record without :submitters:, a submitter that is not a mapping, fields that are a list or a mapping, or an
+    alias bomb in a field stopped the whole metadata (or hung turning the bomb into text): nothing was graded.
+    Each now leaves only its own folder untaken, saying why, and the honest records are read."""
+    work, blank = work_and_blank
+    metadata = gradescope_record("submission_7001", "2026-11-30 10:15:00 -08:00",
+                                 ("Ada Lovelace", "1001", "ada@example.edu"))
+    metadata += "submission_7002:\n  :created_at: 2026-11-30 10:15:00 -08:00\n  :score: 0.0\n"
+    metadata += "submission_7003:\n  :submitters:\n  - Bea Bronte\n"
+    metadata += "submission_7004:\n  :submitters:\n  - :name: [Cy, Young]\n    :sid: '1004'\n    :email: {a: b}\n"
+    metadata += "submission_7005:\n  :laugh0: &laugh0 [lol]\n" + GRADESCOPE_BOMB + (
+        "  :submitters:\n  - :name: *laugh9\n    :sid: '1005'\n  :created_at: *laugh9\n")
+    metadata += gradescope_record("submission_7006", "2026-11-30 11:00:00 -08:00", ("Fay Fox", "1006", "fay@x.edu"))
+    files = {"export/submission_metadata.yml": metadata}
+    files |= {f"export/submission_700{n}/01_tensors.ipynb": work if n == 1 else blank for n in range(1, 7)}
+    found = take(write(tmp_path / "download", files))
+    assert found.format == "gradescope" and "cannot be read" not in found.detected
+    assert {s.student_id: s.source for s in found.submissions} == {
+        "1001": "export/submission_7001/01_tensors.ipynb", "1006": "export/submission_7006/01_tensors.ipynb"}
+    rows = {row.file: (row.status, row.student_id, row.note) for row in found.manifest}
+    assert rows["export/submission_metadata.yml"] == ("platform metadata", "", (
+        "Gradescope metadata: submitters and times of 2 submission(s); 4 record(s) not read: submission_7002, "
+        "submission_7003, submission_7004, submission_7005"))
+    why = {2: "its record has no :submitters: list", 3: "a submitter is not a mapping of :name:, :sid: and :email:",
+           4: "its :email is not a single value", 5: "its :created_at is not a single value"}
+    for n, reason in why.items():
+        assert rows[f"export/submission_700{n}/01_tensors.ipynb"] == ("not taken", "", (
+            f"submission_700{n}/ is a Gradescope submission folder but its record in submission_metadata.yml "
+            f"cannot be read ({reason}): whose work it is is not known, so it is not taken (Export Submissions "
+            "lists every submission there: export again, or grade it by hand)"))
+
+
 def test_two_members_of_one_name_are_both_listed_and_the_later_is_graded(tmp_path, work_and_blank):
     """A zip holding two members of one name (a file added to a zip again is appended) was extracted over itself:
     the earlier member vanished from the manifest. Both are listed; the later one, what unzipping leaves, is read
