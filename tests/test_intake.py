@@ -1101,3 +1101,54 @@ def test_a_graded_export_gives_no_student_another_one_s_work_grade_or_time(grade
     (eve_notes,) = {row["notes"] for row in tasks if row["student_id"] == "1003"}
     assert eve_notes.count("own upload as") == 4 and "submission_7001" in eve_notes
     assert all("own upload" not in row["notes"] for row in tasks if row["student_id"] != "1003")
+
+
+# Three real grading runs (nbgrader, sandbox) in one course: ada and bea, then bea again alone, then cy alone.
+
+
+def course_state(course, student_id):
+    """What grading keeps of one student: their grades.csv row as written, their gradebook score, and every file of
+    theirs under submitted/, autograded/ and feedback/ (content and modification time)."""
+    line = next(line for line in course.root.joinpath("grades.csv").read_bytes().splitlines()
+                if line.split(b",")[3] == student_id.encode())
+    with Gradebook(course.db_url) as gradebook:
+        score = gradebook.find_submission(ASSIGNMENT, student_id).score
+    files = {
+        path.relative_to(course.root).as_posix(): (path.read_bytes(), path.stat().st_mtime_ns)
+        for stage in ("submitted", "autograded", "feedback")
+        for path in sorted((course.root / stage / student_id).rglob("*"))
+        if path.is_file()
+    }
+    return line, score, files
+
+
+@pytest.fixture(scope="module")
+def regraded(tmp_path_factory, work_and_blank):
+    work, blank = work_and_blank
+    root = tmp_path_factory.mktemp("regraded")
+    course = copy_course(COURSE, root / "course")
+    nb = f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
+    downloads = [
+        {f"ada/{nb}": work, f"ada/{ASSIGNMENT}/timestamp.txt": "2026-11-30 10:00:00 UTC", f"bea/{nb}": blank},
+        {f"bea/{nb}": work},
+        {f"cy/{nb}": blank},
+    ]
+    states = []
+    for number, files in enumerate(downloads):
+        grade(course, write(root / f"download{number}", files))
+        students = ("ada", "bea", "cy")[: max(2, number + 1)]
+        states.append({student: course_state(course, student) for student in students})
+    return states
+
+
+def test_a_re_grade_changes_only_the_students_in_its_download(regraded):
+    """Only a student's own submission in the download graded changes their grade: every other student's
+    grades.csv row stays byte for byte, their gradebook score and their files untouched."""
+    first, second, third = regraded
+    reference = next(s for s in samples(COURSE, ASSIGNMENT) if s.student_id == "reference")
+    full = reference.expected_total
+    points = sum(float(cell.metadata["nbgrader"]["points"]) for cell in reference.notebook.cells if is_grade(cell))
+    assert first["ada"][:2] == (f"{ASSIGNMENT},,2026-11-30 10:00:00,ada,,,,{full},0.0,{full},{points}".encode(), full)
+    assert first["bea"][1] == 0 and second["bea"][1] == full and third["cy"][1] == 0
+    assert second["ada"] == third["ada"] == first["ada"]
+    assert third["bea"] == second["bea"]
