@@ -164,11 +164,10 @@ def _open(
         return
     if name:
         listing.opened.append((name, f"archive opened ({count} members)"))
-    parent = str(PurePosixPath(logical).parent) + "/" if "/" in logical else ""
     _walk(
         target,
         prefix=f"{name}!" if name else "",
-        logical=parent,
+        logical=_parent(logical),
         archives=(*archives, logical) if logical else archives,
         depth=depth,
         scratch=scratch,
@@ -240,8 +239,7 @@ def _extract(archive: Entry, target: Path, listing: Listing) -> int:
 
 
 def _place(info: zipfile.ZipInfo) -> str:
-    """Where a member lands, relative to its folder: members with one place (``a//b``, ``./a/b``, ``a/b``) have
-    one name."""
+    """Where a member lands in its folder, as a key: ``a//b``, ``./a/b`` and ``a/b`` land in one place."""
     return str(PurePosixPath(info.filename))
 
 
@@ -255,8 +253,13 @@ def _inside(archive: Entry, info: zipfile.ZipInfo, shown: str) -> Entry:
     member = info.filename.replace("\\", "/")
     if not archive.name:  # the download's own zip: its members are the download's files
         return Entry(shown, member, archive.path)
-    parent = str(PurePosixPath(archive.logical).parent) + "/" if "/" in archive.logical else ""
-    return Entry(f"{archive.name}!{shown}", f"{parent}{member}", archive.path, (*archive.archives, archive.logical))
+    logical = f"{_parent(archive.logical)}{member}"
+    return Entry(f"{archive.name}!{shown}", logical, archive.path, (*archive.archives, archive.logical))
+
+
+def _parent(logical: str) -> str:
+    """The folder an archive at ``logical`` lies in, as the prefix of its members' logical paths ('' at the top)."""
+    return str(PurePosixPath(logical).parent) + "/" if "/" in logical else ""
 
 
 UNREADABLE = (zipfile.BadZipFile, zlib.error, lzma.LZMAError, NotImplementedError, RuntimeError, EOFError, ValueError)
@@ -271,8 +274,7 @@ def _member(handle: zipfile.ZipFile, info: zipfile.ZipInfo, destination: Path, l
             cannot be read or written (a name too long, a file where a folder of its path is); what was written
             of it is removed.
     """
-    left = MAX_BYTES - listing.expanded
-    limit = min(MAX_MEMBER_BYTES, left)
+    limit = min(MAX_MEMBER_BYTES, MAX_BYTES - listing.expanded)
     written = 0
     try:
         destination.parent.mkdir(parents=True, exist_ok=True)
@@ -280,8 +282,9 @@ def _member(handle: zipfile.ZipFile, info: zipfile.ZipInfo, destination: Path, l
             while chunk := source.read(1 << 20):
                 written += len(chunk)
                 if written > limit:
-                    whole = f"the download's archives past {MAX_BYTES} bytes" if limit == left else f"{limit} bytes"
-                    raise Refused(f"{info.filename!r} expands past {whole} (a zip bomb, or too big to grade)")
+                    if limit < MAX_MEMBER_BYTES:
+                        raise Refused(f"{info.filename!r} takes the download past {MAX_BYTES} bytes extracted")
+                    raise Refused(f"{info.filename!r} expands past {limit} bytes (a zip bomb, or too big to grade)")
                 sink.write(chunk)
     except (Refused, OSError, *UNREADABLE) as error:
         with contextlib.suppress(OSError):  # a name too long to write was never written
