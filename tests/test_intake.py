@@ -3,13 +3,16 @@
 import csv
 import functools
 import io
+import os
 import stat
+import sys
 import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from nbgrader.api import Gradebook
 from downloads import (
     ASSIGNMENT,
     SHAPES,
@@ -19,7 +22,8 @@ from downloads import (
     canvas_anonymous,
     impersonations,
     canvas_names,
-    hashes,
+    gradescope_record,
+        hashes,
     moodle_namings,
     nbgrader_layout,
     notebooks,
@@ -28,12 +32,20 @@ from downloads import (
     zipped,
 )
 from autograder.course import ROOT, Course, CourseError, copy_course, is_grade, read_notebook, run_nbgrader
-from autograder.grading.grade import Grading, grade
-from autograder.pipeline.intake.submissions import opened, place, refuse_course_folders
-from autograder.pipeline.intake.archives import MAX_MEMBERS, MAX_RATIO
+from autograder.grading.grade import Grading, _enrol, grade
+from autograder.pipeline.intake.submissions import opened, place, refuse_course_folders, write_manifest
+from autograder.pipeline.intake import archives
+from autograder.pipeline.intake.archives import MAX_MEMBER_BYTES, MAX_MEMBERS
 from autograder.pipeline.intake.roster import Roster, map_student, safe_id, write_mapping
-from autograder.results.classreport import class_report, write_class_report
-from autograder.results.report import GRADES_COLUMNS, MARKED_LATE
+from autograder.results.classreport import ClassReport, class_report, write_class_report
+from autograder.results.report import (
+    GRADES_COLUMNS,
+    MARKED_LATE,
+    QuotedCsvExport,
+    SubmissionResult,
+    TaskResult,
+    write_task_results,
+)
 from autograder.authoring.samples import samples
 
 COURSE = Course(ROOT)
@@ -351,11 +363,14 @@ def test_assignment_option_grades_a_whole_download_as_one_assignment(tmp_path, w
         take(download, assignment="99_x")
 
 
+@functools.cache
 def bomb():
-    """A zip whose one member expands far past MAX_RATIO times its compressed size."""
+    """A zip whose one member expands past MAX_MEMBER_BYTES (257 KiB compressed)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as handle:
-        handle.writestr("01_tensors.ipynb", b" " * (MAX_RATIO * 4 * 1024 * 10))
+        with handle.open("01_tensors.ipynb", "w", force_zip64=True) as member:
+            for _ in range(MAX_MEMBER_BYTES // (1 << 20) + 1):
+                member.write(b" " * (1 << 20))
     return buffer.getvalue()
 
 
@@ -417,6 +432,148 @@ def test_a_hostile_member_of_the_download_zip_is_refused_alone_and_a_large_zip_i
     assert (escape.status, escape.student_id) == ("refused", "evil") and "outside its folder" in escape.note
     link = rows["bea/01_tensors/01_tensors.ipynb"]
     assert (link.status, link.student_id) == ("refused", "bea") and "is a link" in link.note
+
+
+LOG = b"".join(b"epoch %d: loss 0.125000, accuracy 0.968750\n" % (n % 10) for n in range(100_000))
+"""An honest training log of 4.2 MB that compresses about 800 times."""
+
+
+def corrupt(data, member):
+    """The zip ``data`` with one byte of ``member``'s compressed bytes changed (its CRC then fails)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as handle:
+        info = handle.getinfo(member)
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra) + 5
+    return data[:start] + bytes([data[start] ^ 0xFF]) + data[start + 1:]
+
+
+def test_one_member_s_problem_in_the_download_zip_refuses_that_member_alone(tmp_path, monkeypatch, work_and_blank):
+    """A member past a ratio of its compressed size (an honest log compresses ~800x), one whose name is too long
+    for the file system, a file where another member needs a folder, a corrupt member: each refused the whole
+    platform zip, so no student was graded. Now each is refused alone (or, inside a student's own archive, that
+    archive), measured as it is extracted, and every other student is graded."""
+    monkeypatch.setattr(archives, "MAX_MEMBER_BYTES", 5 << 20)
+    monkeypatch.setattr(archives, "MAX_BYTES", 12 << 20)
+    work, blank = work_and_blank
+    nb, long_name = "01_tensors/01_tensors.ipynb", "x" * 300 + ".ipynb"
+    files = {
+        f"ada/{nb}": work,
+        f"bea/{nb}": blank,
+        "bea/01_tensors/train.log": LOG,
+        f"cy/{nb}": b"{" + b" " * (6 << 20) + b"}",  # 6 MiB of notebook: past the member bound
+        f"dee/{nb}": work,
+        f"dee/01_tensors/{long_name}": blank,
+        f"eve/{nb}": work,
+        f"eve/{nb}/checkpoint.ipynb": blank,
+        f"fay/{nb}": work,
+        "gus/01_tensors/weights.bin": b"\x00" * (4 << 20),
+        f"hal/{nb}": blank,
+        "hal/01_tensors/work.zip": zip_bytes({"01_tensors.ipynb": work, "train.log": LOG[: 1 << 20]}),
+        f"ivy/{nb}": blank,
+        "ivy/01_tensors/work.zip": zip_bytes({"01_tensors.ipynb": work, long_name: blank}),
+        "jo/01_tensors/data.bin": b"\x01" * (4 << 20),  # past the download's 12 MiB with the members before it
+        f"jo/{nb}": work,
+    }
+    download = tmp_path / "gradebook.zip"
+    download.write_bytes(corrupt(zip_bytes(files), f"fay/{nb}"))
+    found = take(download)
+    assert {s.student_id: s.source for s in found.submissions} == {
+        "ada": f"ada/{nb}", "bea": f"bea/{nb}", "dee": f"dee/{nb}", "eve": f"eve/{nb}",
+        "hal": "hal/01_tensors/work.zip!01_tensors.ipynb", "ivy": f"ivy/{nb}", "jo": f"jo/{nb}",
+    }
+    rows = {row.file: (row.status, row.student_id, row.note) for row in found.manifest}
+    assert rows["bea/01_tensors/train.log"] == ("not taken", "bea", "not a notebook: not graded, not copied")
+    assert rows[f"cy/{nb}"] == ("refused", "cy", f"refused: '{'cy/' + nb}' expands past {5 << 20} bytes "
+                                                 "(a zip bomb, or too big to grade)")
+    assert rows[f"dee/01_tensors/{long_name}"] == (
+        "refused", "dee", f"refused: member 'dee/01_tensors/{long_name}' cannot be extracted (File name too long)")
+    assert rows[f"eve/{nb}/checkpoint.ipynb"] == (
+        "refused", "eve", f"refused: member 'eve/{nb}/checkpoint.ipynb' cannot be extracted (File exists)")
+    status, student, note = rows[f"fay/{nb}"]  # the reason is zlib's, in its words
+    assert (status, student) == ("refused", "fay")
+    assert note.startswith(f"refused: member 'fay/{nb}' cannot be extracted (")
+    assert rows["gus/01_tensors/weights.bin"] == ("not taken", "gus", "not a notebook: not graded, not copied")
+    assert rows["hal/01_tensors/work.zip"][:2] == ("archive opened", "")
+    assert rows["hal/01_tensors/work.zip!train.log"][:2] == ("not taken", "hal")
+    assert rows["ivy/01_tensors/work.zip"] == (
+        "refused", "ivy", f"archive refused: member '{long_name}' cannot be extracted (File name too long)")
+    assert rows["jo/01_tensors/data.bin"] == (
+        "refused", "jo", f"refused: 'jo/01_tensors/data.bin' takes the download past {12 << 20} bytes extracted")
+    inner = ["hal/01_tensors/work.zip!01_tensors.ipynb", "hal/01_tensors/work.zip!train.log"]
+    assert sorted(rows) == sorted([*files, *inner])
+    assert {student: notes for student, notes in found.left_out.items()} == {
+        "cy": [f"cy/{nb} ({rows[f'cy/{nb}'][2]})"], "fay": [f"fay/{nb} ({rows[f'fay/{nb}'][2]})"],
+        "gus": ["weights.bin"],
+    }
+
+
+GRADESCOPE_BOMB = "".join(f"  :laugh{n}: &laugh{n} [{', '.join([f'*laugh{n - 1}'] * 9)}]\n" for n in range(1, 10))
+"""Nine fields of a record, each nine times the one before: ``laugh9`` stands for 9**9 strings ("billion
+laughs"), written in 600 characters."""
+
+
+def test_a_malformed_gradescope_record_refuses_only_its_submission_folder(tmp_path, work_and_blank):
+    """A record without :submitters:, a submitter that is not a mapping, fields that are a list or a mapping, or an
+    alias bomb in a field stopped the whole metadata (or hung turning the bomb into text): nothing was graded.
+    Each now leaves only its own folder untaken, saying why, and the honest records are read."""
+    work, blank = work_and_blank
+    metadata = gradescope_record("submission_7001", "2026-11-30 10:15:00 -08:00",
+                                 ("Ada Lovelace", "1001", "ada@example.edu"))
+    metadata += "submission_7002:\n  :created_at: 2026-11-30 10:15:00 -08:00\n  :score: 0.0\n"
+    metadata += "submission_7003:\n  :submitters:\n  - Bea Bronte\n"
+    metadata += "submission_7004:\n  :submitters:\n  - :name: [Cy, Young]\n    :sid: '1004'\n    :email: {a: b}\n"
+    metadata += "submission_7005:\n  :laugh0: &laugh0 [lol]\n" + GRADESCOPE_BOMB + (
+        "  :submitters:\n  - :name: *laugh9\n    :sid: '1005'\n  :created_at: *laugh9\n")
+    metadata += gradescope_record("submission_7006", "2026-11-30 11:00:00 -08:00", ("Fay Fox", "1006", "fay@x.edu"))
+    files = {"export/submission_metadata.yml": metadata}
+    files |= {f"export/submission_700{n}/01_tensors.ipynb": work if n == 1 else blank for n in range(1, 7)}
+    found = take(write(tmp_path / "download", files))
+    assert found.format == "gradescope" and "cannot be read" not in found.detected
+    assert {s.student_id: s.source for s in found.submissions} == {
+        "1001": "export/submission_7001/01_tensors.ipynb", "1006": "export/submission_7006/01_tensors.ipynb"}
+    rows = {row.file: (row.status, row.student_id, row.note) for row in found.manifest}
+    assert rows["export/submission_metadata.yml"] == ("platform metadata", "", (
+        "Gradescope metadata: submitters and times of 2 submission(s); 4 record(s) not read: submission_7002, "
+        "submission_7003, submission_7004, submission_7005"))
+    why = {2: "its record has no :submitters: list", 3: "a submitter is not a mapping of :name:, :sid: and :email:",
+           4: "its :email is not a single value", 5: "its :created_at is not a single value"}
+    for n, reason in why.items():
+        assert rows[f"export/submission_700{n}/01_tensors.ipynb"] == ("not taken", "", (
+            f"submission_700{n}/ is a Gradescope submission folder but its record in submission_metadata.yml "
+            f"cannot be read ({reason}): whose work it is is not known, so it is not taken (Export Submissions "
+            "lists every submission there: export again, or grade it by hand)"))
+
+
+def test_two_members_of_one_name_are_both_listed_and_the_later_is_graded(tmp_path, work_and_blank):
+    """A zip holding two members of one name (a file added to a zip again is appended) was extracted over itself:
+    the earlier member vanished from the manifest. Both are listed; the later one, what unzipping leaves, is read
+    and graded, the earlier is extracted apart and not taken, saying why."""
+    work, blank = work_and_blank
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as handle, pytest.warns(UserWarning, match="Duplicate name"):
+        handle.writestr("01_tensors.ipynb", work)
+        handle.writestr("01_tensors.ipynb", blank)
+    download = io.BytesIO()
+    with zipfile.ZipFile(download, "w") as handle, pytest.warns(UserWarning, match="Duplicate name"):
+        handle.writestr("lovelaceada_1001_5001_01_tensors.ipynb", blank)
+        handle.writestr("brontebea_1002_5002_work.zip", inner.getvalue())
+        handle.writestr("lovelaceada_1001_5001_01_tensors.ipynb", work)
+        handle.writestr("lovelaceada_1001_5001_01_tensors.ipynb", blank + " ")
+        handle.writestr("lovelaceada_1001_5001_01_tensors.ipynb", work + " ")
+    (tmp_path / "submissions.zip").write_bytes(download.getvalue())
+    ada, bea = "lovelaceada_1001_5001_01_tensors.ipynb", "brontebea_1002_5002_work.zip"
+    with opened(tmp_path / "submissions.zip", course=COURSE, release=release) as found:
+        graded = {s.student_id: (s.source, s.notebook.read_text()) for s in found.submissions}
+        listed = {row.file: (row.status, row.student_id, row.note) for row in found.manifest}
+    assert graded == {"lovelaceada_1001": (ada, work + " "), "brontebea_1002": (f"{bea}!01_tensors.ipynb", blank)}
+    replaced = ("not taken: a later member of the same name is what extracting the archive leaves (unzip tools "
+                "overwrite), so that one is read; this one was extracted apart")
+    assert listed == {
+        ada: ("graded", "lovelaceada_1001", ""),
+        **{f"{ada} [member {n} of 4 so named]": ("not taken", "lovelaceada_1001", replaced) for n in (1, 2, 3)},
+        bea: ("archive opened", "", "archive opened (2 members)"),
+        f"{bea}!01_tensors.ipynb": ("graded", "brontebea_1002", ""),
+        f"{bea}!01_tensors.ipynb [member 1 of 2 so named]": ("not taken", "brontebea_1002", replaced),
+    }
 
 
 def test_an_unreadable_download_is_refused_with_a_message(tmp_path):
@@ -486,6 +643,102 @@ def test_roster_maps_platform_ids_emails_and_names_and_the_mapping_is_written(tm
     (tmp_path / "bad.csv").write_text("id,name\n1,x\n")
     with pytest.raises(CourseError, match="needs a header row with student_id"):
         Roster.read(tmp_path / "bad.csv")
+
+
+def read_rows(path):
+    with path.open(newline="", encoding="utf-8") as handle:
+        return list(csv.reader(handle))
+
+
+HOSTILE_GRADESCOPE = gradescope_record(
+    "submission_7001", "2026-11-30 10:15:00 -08:00", ("Ada Lovelace", "1001", "ada@example.edu")
+) + """submission_7002:
+  :submitters:
+  - :name: "@SUM(1+1)*cmd|' /C calc'!A0"
+    :sid: '1002'
+    :email: "+1@example.edu"
+  :created_at: 2026-11-30 10:15:00 -08:00
+"""
+"""A Gradescope export whose second submitter wrote a formula as their name and e-mail on the platform."""
+
+
+def test_every_csv_makes_a_hostile_platform_text_text_and_keeps_honest_cells(tmp_path, monkeypatch, work_and_blank):
+    """A name, e-mail or file name a student wrote on the platform (a Canvas or Moodle name, Gradescope's metadata),
+    a roster's names, or a task's heading starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return was
+    run as a formula by a spreadsheet opening task_results.csv, grades.csv or class_results.csv: every CSV now
+    writes it with a leading ``'``; honest text and the scores are written as before."""
+    work, blank = work_and_blank
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # nbgrader's alembic
+    canvas = take(write(tmp_path / "canvas", {"-cmd_1003_5001_01_tensors.ipynb": work,
+                                              "lovelaceada_1001_5002_01_tensors.ipynb": blank}))
+    moodle_files = {"=HYPERLINK(1) Eve_33_assignsubmission_file/01_tensors.ipynb": work,
+                    "Ada Lovelace_31_assignsubmission_file/01_tensors.ipynb": blank}
+    moodle = take(write(tmp_path / "moodle", moodle_files))
+    gradescope = take(write(tmp_path / "gradescope", {"export/submission_metadata.yml": HOSTILE_GRADESCOPE,
+                                                      "export/submission_7001/01_tensors.ipynb": work,
+                                                      "export/submission_7002/01_tensors.ipynb": blank}))
+    roster = Roster.read(roster_of(tmp_path, ["student_id", "platform_id", "first_name", "last_name", "email"],
+                                   ["s1", "1001", "Ada", "Lovelace", "ada@example.edu"],
+                                   ["s3", "1003", "=evil", "@Tab", "-x@example.edu"]))
+    rostered = take(tmp_path / "canvas", roster=roster)
+    for name, found in (("canvas", canvas), ("moodle", moodle), ("gradescope", gradescope), ("roster", rostered)):
+        write_manifest(found.manifest, tmp_path / f"{name}-manifest.csv")
+        write_mapping(found.mappings, tmp_path / f"{name}-ids.csv")
+    assert read_rows(tmp_path / "canvas-manifest.csv")[1:] == [
+        ["'-cmd_1003_5001_01_tensors.ipynb", "graded", "cmd_1003", "01_tensors", ""],
+        ["lovelaceada_1001_5002_01_tensors.ipynb", "graded", "lovelaceada_1001", "01_tensors", ""],
+    ]
+    assert read_rows(tmp_path / "canvas-ids.csv")[1:] == [
+        ["cmd_1003", "canvas", "1003", "'-cmd", "", "derived"],
+        ["lovelaceada_1001", "canvas", "1001", "lovelaceada", "", "derived"],
+    ]
+    assert [row[:2] for row in read_rows(tmp_path / "moodle-manifest.csv")[1:]] == [
+        ["'=HYPERLINK(1) Eve_33_assignsubmission_file/01_tensors.ipynb", "graded"],
+        ["Ada Lovelace_31_assignsubmission_file/01_tensors.ipynb", "graded"],
+    ]
+    assert [row[:4] for row in read_rows(tmp_path / "moodle-ids.csv")[1:]] == [
+        ["HYPERLINK_1_Eve_33", "moodle", "33", "'=HYPERLINK(1) Eve"],
+        ["Ada_Lovelace_31", "moodle", "31", "Ada Lovelace"],
+    ]
+    assert read_rows(tmp_path / "gradescope-ids.csv")[1:] == [
+        ["1001", "gradescope", "1001", "Ada Lovelace", "ada@example.edu", "derived"],
+        ["1002", "gradescope", "1002", "'@SUM(1+1)*cmd|' /C calc'!A0", "'+1@example.edu", "derived"],
+    ]
+    # grades.csv: the gradebook's students as grade enrols them (the roster's names, the platform's e-mail).
+    course = Course(tmp_path / "course")
+    course.root.mkdir()
+    with Gradebook(course.db_url) as gradebook:
+        gradebook.add_assignment(ASSIGNMENT)
+    for found in (gradescope, rostered):
+        _enrol(course, found)
+    export = QuotedCsvExport()
+    export.to = str(tmp_path / "grades.csv")
+    with Gradebook(course.db_url) as gradebook:
+        export.export(gradebook)
+    text = (tmp_path / "grades.csv").read_bytes().decode()
+    assert "01_tensors,,,1001,,,ada@example.edu,0.0,0.0,0.0,0.0\r\n" in text  # honest rows: as before
+    assert "01_tensors,,,s1,Lovelace,Ada,ada@example.edu,0.0,0.0,0.0,0.0\r\n" in text
+    assert sorted(row[3:] for row in read_rows(tmp_path / "grades.csv")[1:]) == [
+        ["1001", "", "", "ada@example.edu", "0.0", "0.0", "0.0", "0.0"],
+        ["1002", "", "", "'+1@example.edu", "0.0", "0.0", "0.0", "0.0"],
+        ["s1", "Lovelace", "Ada", "ada@example.edu", "0.0", "0.0", "0.0", "0.0"],
+        ["s3", "'@Tab", "'=evil", "'-x@example.edu", "0.0", "0.0", "0.0", "0.0"],
+    ]
+    # task_results.csv and class_results.csv: a task's heading and the notes are text too; scores stay numbers.
+    tasks = [TaskResult("t1", "=1+1 task", 2.0, 3.0, True, True, False, "failed"),
+             TaskResult("t2", "Task 2 - strides", 3.0, 3.0, True, True, False, "ok")]
+    results = [SubmissionResult("s3", ASSIGNMENT, "ok", ["\t-1 point: late"], tasks=tasks)]
+    write_task_results(results, tmp_path / "task_results.csv")
+    assert read_rows(tmp_path / "task_results.csv")[1:] == [
+        [ASSIGNMENT, "s3", "t1", "'=1+1 task", "autograded", "2", "3", "true", "false", "failed", "", "ok",
+         "'\t-1 point: late"],
+        [ASSIGNMENT, "s3", "t2", "Task 2 - strides", "autograded", "3", "3", "true", "false", "ok", "", "ok",
+         "'\t-1 point: late"],
+    ]
+    write_class_report(course, ClassReport(results))
+    assert [row[:4] for row in read_rows(course.root / "class_results.csv")[1:]] == [
+        [ASSIGNMENT, "t1", "'=1+1 task", "autograded"], [ASSIGNMENT, "t2", "Task 2 - strides", "autograded"]
+    ]
 
 
 def roster_of(folder, *rows):
@@ -847,3 +1100,54 @@ def test_a_graded_export_gives_no_student_another_one_s_work_grade_or_time(grade
     (eve_notes,) = {row["notes"] for row in tasks if row["student_id"] == "1003"}
     assert eve_notes.count("own upload as") == 4 and "submission_7001" in eve_notes
     assert all("own upload" not in row["notes"] for row in tasks if row["student_id"] != "1003")
+
+
+# Three real grading runs (nbgrader, sandbox) in one course: ada and bea, then bea again alone, then cy alone.
+
+
+def course_state(course, student_id):
+    """What grading keeps of one student: their grades.csv row as written, their gradebook score, and every file of
+    theirs under submitted/, autograded/ and feedback/ (content and modification time)."""
+    line = next(line for line in course.root.joinpath("grades.csv").read_bytes().splitlines()
+                if line.split(b",")[3] == student_id.encode())
+    with Gradebook(course.db_url) as gradebook:
+        score = gradebook.find_submission(ASSIGNMENT, student_id).score
+    files = {
+        path.relative_to(course.root).as_posix(): (path.read_bytes(), path.stat().st_mtime_ns)
+        for stage in ("submitted", "autograded", "feedback")
+        for path in sorted((course.root / stage / student_id).rglob("*"))
+        if path.is_file()
+    }
+    return line, score, files
+
+
+@pytest.fixture(scope="module")
+def regraded(tmp_path_factory, work_and_blank):
+    work, blank = work_and_blank
+    root = tmp_path_factory.mktemp("regraded")
+    course = copy_course(COURSE, root / "course")
+    nb = f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
+    downloads = [
+        {f"ada/{nb}": work, f"ada/{ASSIGNMENT}/timestamp.txt": "2026-11-30 10:00:00 UTC", f"bea/{nb}": blank},
+        {f"bea/{nb}": work},
+        {f"cy/{nb}": blank},
+    ]
+    states = []
+    for number, files in enumerate(downloads):
+        grade(course, write(root / f"download{number}", files))
+        students = ("ada", "bea", "cy")[: max(2, number + 1)]
+        states.append({student: course_state(course, student) for student in students})
+    return states
+
+
+def test_a_re_grade_changes_only_the_students_in_its_download(regraded):
+    """Only a student's own submission in the download graded changes their grade: every other student's
+    grades.csv row stays byte for byte, their gradebook score and their files untouched."""
+    first, second, third = regraded
+    reference = next(s for s in samples(COURSE, ASSIGNMENT) if s.student_id == "reference")
+    full = reference.expected_total
+    points = sum(float(cell.metadata["nbgrader"]["points"]) for cell in reference.notebook.cells if is_grade(cell))
+    assert first["ada"][:2] == (f"{ASSIGNMENT},,2026-11-30 10:00:00,ada,,,,{full},0.0,{full},{points}".encode(), full)
+    assert first["bea"][1] == 0 and second["bea"][1] == full and third["cy"][1] == 0
+    assert second["ada"] == third["ada"] == first["ada"]
+    assert third["bea"] == second["bea"]

@@ -16,7 +16,7 @@ PACKAGE_ROOT = Path(autograder.__file__).resolve().parent
 
 LAYERS = [
     ["autograder.kernel"],  # what runs in or around the student's kernel
-    ["autograder.course", "autograder.table"],  # the course directory model, the plain-text table
+    ["autograder.course", "autograder.table", "autograder.spreadsheet"],  # the course directory, tables, CSV cells
     ["autograder.pipeline"],  # nbgrader's steps and this course's plugins
     ["autograder.results"],  # reports, feedback pages
     ["autograder.grading"],  # one grading run, and the grade command

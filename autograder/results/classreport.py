@@ -18,6 +18,7 @@ from pathlib import Path
 from matplotlib.figure import Figure  # not pyplot: no global state, no display; savefig renders with Agg
 from matplotlib.ticker import MaxNLocator
 
+from .. import spreadsheet
 from ..course import Course, CourseError
 from .report import SubmissionResult, TaskResult, columns, gradebook_results, write_task_results
 
@@ -152,7 +153,7 @@ SUMMARY_COLUMNS = [
 def write_class_report(course: Course, report: ClassReport) -> list[Path]:
     """Write ``class_results.csv``, ``task_results_all.csv`` (:func:`autograder.results.report.write_task_results`) and per
     assignment ``scores_<id>.png`` and ``pass_rates_<id>.png`` into the course directory; the paths are also kept in
-    ``report.files``."""
+    ``report.files``. No CSV cell is a formula to a spreadsheet (:func:`autograder.spreadsheet.cell`)."""
     merged = write_task_results(report.results, course.root / "task_results_all.csv")
     summary = course.root / "class_results.csv"
     with summary.open("w", newline="") as handle:
@@ -160,11 +161,10 @@ def write_class_report(course: Course, report: ClassReport) -> list[Path]:
         writer.writerow(SUMMARY_COLUMNS)
         for t in report.tasks():
             kind = "autograded" if t.autograded else "manual"
-            writer.writerow(
-                [t.assignment_id, t.grade_id, t.label, kind, t.submissions, t.attempted, t.passed]
-                + ["" if t.pass_rate is None else f"{t.pass_rate:.3f}"]
-                + ["" if t.mean_score is None else f"{t.mean_score:.3f}", f"{t.max_score:g}", t.pending]
-            )
+            row = [t.assignment_id, t.grade_id, t.label, kind, t.submissions, t.attempted, t.passed]
+            row += ["" if t.pass_rate is None else f"{t.pass_rate:.3f}"]
+            row += ["" if t.mean_score is None else f"{t.mean_score:.3f}", f"{t.max_score:g}", t.pending]
+            writer.writerow([spreadsheet.cell(value) for value in row])
     report.files = [summary, merged]
     tasks = report.tasks()
     for assignment_id, totals in report.scores().items():

@@ -12,6 +12,7 @@ import nbformat
 from nbgrader.api import Grade, Gradebook, MissingEntry
 from nbgrader.plugins import ExportPlugin
 
+from .. import spreadsheet
 from ..course import Course, cell_labels, grade_id, is_autograder_tests, is_grade, is_solution, read_notebook
 from ..pipeline.execute import KERNEL_DIED, NOT_RUN, TIMEOUT
 from ..pipeline.intake.submissions import Submission
@@ -319,7 +320,7 @@ def write_task_results(results: list[SubmissionResult], path: Path) -> Path:
     ``task`` is the task's label, ``status`` its :attr:`TaskResult.status`, ``late`` the submission's
     :attr:`SubmissionResult.late`, ``submission_status`` and ``notes`` the submission's. A submission without
     grades (nbgrader could not grade it, or nothing of the student's was taken) gets one row with an empty grade_id
-    and its own status.
+    and its own status. No cell is a formula to a spreadsheet (:func:`autograder.spreadsheet.cell`).
     """
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -332,7 +333,8 @@ def write_task_results(results: list[SubmissionResult], path: Path) -> Path:
                     kind = "autograded" if task.autograded else "manual"
                     cells = [task.grade_id, task.label, kind, f"{task.score:g}", f"{task.max_score:g}"]
                     cells += [str(task.attempted).lower(), str(task.needs_manual_grade).lower(), task.status]
-                writer.writerow([result.assignment_id, result.student_id, *cells, result.late, result.status, notes])
+                row = [result.assignment_id, result.student_id, *cells, result.late, result.status, notes]
+                writer.writerow([spreadsheet.cell(value) for value in row])
     return path
 
 
@@ -395,7 +397,9 @@ class QuotedCsvExport(ExportPlugin):
     Configured in nbgrader_config.py (``c.ExportApp.plugin_class``). One row per
     (assignment, student) of the gradebook; a student without a submission
     gets an empty timestamp and 0, as nbgrader's plugin does. ``--to`` as
-    nbgrader's (default ``grades.csv``); ``--student``/``--assignment`` filter.
+    nbgrader's (default ``grades.csv``); ``--student``/``--assignment`` filter. A text cell a spreadsheet would
+    run as a formula (a name or e-mail a student wrote on the platform) is made text
+    (:func:`autograder.spreadsheet.cell`).
     """
 
     def export(self, gradebook: Gradebook) -> None:
@@ -435,4 +439,6 @@ class QuotedCsvExport(ExportPlugin):
                             "late_submission_penalty": penalty,
                             "score": max(0.0, submission.score - penalty),
                         }
-                    writer.writerow({key: "" if value is None else str(value) for key, value in row.items()})
+                    writer.writerow(
+                        {key: "" if value is None else str(spreadsheet.cell(value)) for key, value in row.items()}
+                    )

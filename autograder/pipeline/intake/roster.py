@@ -15,6 +15,7 @@ import unicodedata
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ... import spreadsheet
 from ...course import CourseError
 
 SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -188,17 +189,13 @@ class Mapper:
         return {student_id: sorted(ids) for student_id, ids in found.items() if len(ids) > 1}
 
 
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-"""What makes a spreadsheet read a CSV cell as a formula (OWASP, CSV injection)."""
-
-
 def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
-    """Write a CSV (UTF-8, quoted as needed) whose cells a spreadsheet never runs: one starting with
-    :data:`FORMULA_START` gets a leading ``'``, as OWASP's CSV-injection advice says."""
+    """Write a CSV (UTF-8, quoted as needed) whose cells a spreadsheet never runs
+    (:func:`autograder.spreadsheet.cell`)."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
-        writer.writerows([f"'{cell}" if cell.startswith(FORMULA_START) else cell for cell in row] for row in rows)
+        writer.writerows([spreadsheet.cell(value) for value in row] for row in rows)
 
 
 def write_mapping(mappings: list[Mapping], path: Path) -> None:

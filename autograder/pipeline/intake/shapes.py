@@ -66,7 +66,7 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 
 import yaml
 from dateutil import parser as dateparser
@@ -320,32 +320,41 @@ class Gradescope(Shape):
     named_regexp = r"(?:.*?/)??(?P<student_id>submission_\d+)/(?P<file_id>(?:[^/]+/)*[^/]+)$"
 
     def read(self, groups: dict, metadata: dict) -> list[Claim]:
-        return [replace(claim, file_id=groups["file_id"]) for claim in metadata.get(groups["student_id"], [])]
+        claims = metadata.get("submitters", {}).get(groups["student_id"], [])
+        return [replace(claim, file_id=groups["file_id"]) for claim in claims]
 
     def unclaimed(self, entry: Entry, metadata: dict) -> str:
-        """A ``submission_<id>/`` folder that the metadata does not list: whose it is cannot be known, so its
-        files are not taken (never graded under a made-up student); other files: as :meth:`Shape.unclaimed`."""
+        """A ``submission_<id>/`` folder that the metadata does not list, or whose record cannot be read: whose it
+        is cannot be known, so its files are not taken (never graded under a made-up student); other files: as
+        :meth:`Shape.unclaimed`."""
         groups = self.match(entry.logical)
         if groups is None:
             return super().unclaimed(entry, metadata)
         folder = groups["student_id"]
         listing = f"{GRADESCOPE_METADATA} does not list it" if metadata else f"no readable {GRADESCOPE_METADATA}"
+        if folder in metadata.get("unreadable", {}):
+            listing = f"its record in {GRADESCOPE_METADATA} cannot be read ({metadata['unreadable'][folder]})"
         return (
             f"{folder}/ is a Gradescope submission folder but {listing}: whose work it is is not known, so it is "
             "not taken (Export Submissions lists every submission there: export again, or grade it by hand)"
         )
 
     def metadata(self, entries: list[Entry]) -> tuple[dict, dict[str, str]]:
-        """The submitters and times of the platform's ``submission_metadata.yml`` (one per download; the first is
-        read), the one outside every ``submission_<id>/`` folder (beside them): a file of that name inside a
-        submission folder, or inside an archive one holds, is the student's (:meth:`conflicts`), never read."""
+        """The submitters and times of the platform's ``submission_metadata.yml`` (``submitters`` and
+        ``unreadable``, as :func:`gradescope_metadata` reads them; one per download, the first is read), the one
+        outside every ``submission_<id>/`` folder (beside them): a file of that name inside a submission folder,
+        or inside an archive one holds, is the student's (:meth:`conflicts`), never read."""
         found = [entry for entry in entries if _is_metadata(entry.logical) and self.owner(entry) is None]
         if not found:
             return {}, {}
-        metadata = gradescope_metadata(found[0].path.read_text(errors="replace"), source=found[0].name)
-        notes = {found[0].name: f"Gradescope metadata: submitters and times of {len(metadata)} submission(s)"}
+        submitters, unreadable = gradescope_metadata(found[0].path.read_text(errors="replace"), source=found[0].name)
+        said = f"Gradescope metadata: submitters and times of {len(submitters)} submission(s)"
+        if unreadable:
+            names = sorted(unreadable)
+            said += f"; {len(names)} record(s) not read: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
+        notes = {found[0].name: said}
         notes |= {entry.name: f"another {GRADESCOPE_METADATA}: {found[0].name} is read" for entry in found[1:]}
-        return metadata, notes
+        return {"submitters": submitters, "unreadable": unreadable}, notes
 
     def conflicts(self, entry: Entry) -> list[str]:
         """As :meth:`Shape.conflicts`, and ``submission_metadata.yml`` for such a file inside a submission."""
@@ -392,35 +401,76 @@ and ``extracted_directory``), matched on the download's path with its two last f
 shallowest level, outside every archive (one inside a student's zip is the student's)."""
 
 
-def gradescope_metadata(text: str, *, source: str) -> dict[str, list[Claim]]:
-    """``submission_<id>`` -> one :class:`Claim` per submitter (``file_id`` left empty), from the YAML.
+MAX_FIELD = 1000
+"""Characters of one field of Gradescope's metadata read (an id, a name, an e-mail, a time, a folder's name)."""
+
+
+def gradescope_metadata(text: str, *, source: str) -> tuple[dict[str, list[Claim]], dict[str, str]]:
+    """``submission_<id>`` -> one :class:`Claim` per submitter (``file_id`` left empty), from the YAML; and
+    ``submission_<id>`` -> why its record is not read, for each record not in Gradescope's form (no
+    ``:submitters:`` list, a submitter that is not a mapping or has no ``:sid:``, ``:email:`` or ``:name:``, a
+    field that is a list or a mapping, or longer than :data:`MAX_FIELD`): nothing says whose that folder is,
+    and the other records are read.
+
+    Only single values are read, never a list or mapping a field holds: YAML's aliases share one structure
+    however often it is named, so a small file can stand for one too large to walk (a "billion laughs").
 
     Raises:
-        ValueError: not YAML, or not a mapping of submissions with ``:submitters:``.
+        ValueError: not YAML, or not a mapping of submission folders (then no record can be read).
     """
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
+    except (yaml.YAMLError, ValueError) as error:  # ValueError: an integer past Python's 4300 digits
         raise ValueError(f"{source} is not YAML: {error}") from error
     if not isinstance(data, dict):
         raise ValueError(f"{source} is not a mapping of submission folders")
-    found = {}
+    found, unreadable = {}, {}
     for folder, record in data.items():
-        if not isinstance(record, dict) or not isinstance(record.get(":submitters"), list):
-            raise ValueError(f"{source}: {folder!r} has no :submitters: list")
-        when = _utc(record.get(":created_at"))
-        found[str(folder)] = [
-            Claim(
-                platform_id=str(person.get(":sid") or person.get(":email") or person.get(":name")),
-                name=str(person.get(":name") or ""),
-                file_id="",
-                timestamp=when,
-                email=str(person.get(":email") or ""),
-            )
-            for person in record[":submitters"]
-            if isinstance(person, dict)
-        ]
-    return found
+        if len(str(folder)) > MAX_FIELD:  # a key is a single value: no folder has such a name
+            continue
+        try:
+            found[str(folder)] = _submitters(record)
+        except ValueError as problem:
+            unreadable[str(folder)] = str(problem)
+    return found, unreadable
+
+
+def _submitters(record: object) -> list[Claim]:
+    """The claims of one record of Gradescope's metadata.
+
+    Raises:
+        ValueError: the record is not in Gradescope's form (the message says how).
+    """
+    if not isinstance(record, dict):
+        raise ValueError("its record is not a mapping")
+    people = record.get(":submitters")
+    if not isinstance(people, list) or not people:
+        raise ValueError("its record has no :submitters: list")
+    when = _utc(_single(record.get(":created_at"), ":created_at"))
+    claims = []
+    for person in people:
+        if not isinstance(person, dict):
+            raise ValueError("a submitter is not a mapping of :name:, :sid: and :email:")
+        sid, email, name = (str(_single(person.get(key), key)) for key in (":sid", ":email", ":name"))
+        if not (sid or email or name):
+            raise ValueError("a submitter has no :sid:, :email: or :name:")
+        claims.append(Claim(platform_id=sid or email or name, name=name, file_id="", timestamp=when, email=email))
+    return claims
+
+
+def _single(value: object, key: str) -> object:
+    """``value`` when it is one value: a text (its length bounded), a number or a time; '' for none.
+
+    Raises:
+        ValueError: a list, a mapping or any other structure, or a text longer than :data:`MAX_FIELD`.
+    """
+    if value is None:
+        return ""
+    if not isinstance(value, (str, int, float, date)):
+        raise ValueError(f"its {key} is not a single value")
+    if isinstance(value, str) and len(value) > MAX_FIELD:
+        raise ValueError(f"its {key} is longer than {MAX_FIELD} characters")
+    return value
 
 
 def blackboard_user(text: str) -> tuple[str, str]:
