@@ -224,12 +224,12 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
 def _report(course: Course, args: argparse.Namespace) -> int:
     from .results.classreport import class_report, write_class_report
 
-    from .grading.grade import export_grades
+    from .grading.grade import write_grades_csv
 
     results = class_report(course)
     write_class_report(course, results)
     print(results.summary())
-    print(f"grades: {export_grades(course)}")
+    print(f"grades: {write_grades_csv(course)}")
     return 0
 
 

@@ -151,7 +151,7 @@ def grade(
     )
 
 
-def export_grades(course: Course) -> Path:
+def write_grades_csv(course: Course) -> Path:
     """Write grades.csv again from the gradebook as it is now (hand grades given in formgrader included), by the
     export a grading run ends with (:func:`autograder.pipeline.nbgrader_process.export_grades`). Returns its path.
 
