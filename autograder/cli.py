@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .course import ROOT, Course, CourseError
 from .pipeline.intake.shapes import FORMATS
+from .results.lms import PLATFORMS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +57,32 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "report",
         help="the class's results over the whole gradebook: per-task pass rates, score and pass-rate charts, "
-        "the answers still to grade by hand",
+        "the answers still to grade by hand; grades.csv exported again (hand grades included)",
+    )
+    export_parser = commands.add_parser(
+        "export",
+        help="one assignment's grades as the learning platform's own grade-import file (Canvas Gradebook CSV, "
+        "Moodle offline grading worksheet, Blackboard Work Offline upload), keyed by the platform ids intake recorded",
+    )
+    export_parser.add_argument("--lms", required=True, choices=PLATFORMS, help="the platform the file is for")
+    export_parser.add_argument("assignment", metavar="ASSIGNMENT", help="the assignment id, e.g. 01_tensors")
+    export_parser.add_argument(
+        "--output", type=Path, help="where to write it (default: lms_<platform>_<assignment>.csv in the course directory)"
+    )
+    export_parser.add_argument(
+        "--title", help="the assignment's name on the platform (default: the assignment id)"
+    )
+    export_parser.add_argument(
+        "--lms-assignment-id",
+        metavar="ID",
+        help="the platform's id of the assignment: Canvas's assignment id (header 'TITLE (ID)'), Blackboard's grade "
+        "column id (header '... |ID'); without it Canvas matches by exact title and Blackboard makes a new column",
+    )
+    export_parser.add_argument(
+        "--feedback-zip",
+        type=Path,
+        metavar="FILE",
+        help="Moodle only: also write each student's feedback page in a zip for 'Upload multiple feedback files in a zip'",
     )
     demo_parser = commands.add_parser("demo", help="grade the bundled sample submissions in a scratch course directory")
     demo_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
@@ -198,9 +224,32 @@ def _grade(course: Course, args: argparse.Namespace) -> int:
 def _report(course: Course, args: argparse.Namespace) -> int:
     from .results.classreport import class_report, write_class_report
 
+    from .grading.grade import write_grades_csv
+
     results = class_report(course)
     write_class_report(course, results)
     print(results.summary())
+    print(f"grades: {write_grades_csv(course)}")
+    return 0
+
+
+def _export(course: Course, args: argparse.Namespace) -> int:
+    from .results.lms import export
+
+    done = export(
+        course,
+        platform=args.lms,
+        assignment_id=args.assignment,
+        output=args.output,
+        title=args.title,
+        lms_assignment_id=args.lms_assignment_id,
+        feedback_zip=args.feedback_zip,
+    )
+    for warning in done.warnings:
+        print(f"warning: {warning}")
+    print(f"{done.platform}: {done.rows} student(s) in {done.path}")
+    if done.feedback_zip:
+        print(f"feedback pages: {done.pages} in {done.feedback_zip}")
     return 0
 
 
@@ -269,6 +318,7 @@ COMMANDS = {
     "validate": _validate,
     "grade": _grade,
     "report": _report,
+    "export": _export,
     "demo": _demo,
     "benchmark": _benchmark,
     "mutants": _mutants,

@@ -29,13 +29,17 @@ from pathlib import Path
 from nbgrader.api import Gradebook
 
 from ..pipeline.intake import submissions as intake
-from ..results import report
+from ..results import lms, report
 from ..kernel import sandbox
 from . import session
 from ..pipeline.batch import BatchRun
 from ..course import Course, CourseError
 from ..pipeline.releases import update_gradebook
+from ..pipeline.nbgrader_process import Session, export_grades
 from .session import PER_SUBMISSION_ERROR
+
+GRADES_CSV = "grades.csv"
+"""nbgrader's export of the whole gradebook, in the course directory (:class:`autograder.results.report.QuotedCsvExport`)."""
 
 NOT_ISOLATED = "graded without isolation (--no-sandbox)"
 """The note every result of a run without the sandbox carries."""
@@ -98,7 +102,7 @@ def grade(
             "(students' code then runs with your rights and can read the hidden tests), pass --no-sandbox."
         )
     options = {"format": format, "roster": roster, "assignment": assignment}
-    grades_csv = course.root / "grades.csv"
+    grades_csv = course.root / GRADES_CSV
     # nbgrader's processes start now, while the download is read and placed.
     with session.Passes(course, isolated=isolated, workers=workers, feedback=True, no_cache=no_cache) as nbgrader:
         release = functools.cache(nbgrader.release)
@@ -110,6 +114,7 @@ def grade(
         manifest_csv, student_ids_csv = course.root / "manifest.csv", course.root / "student_ids.csv"
         intake.write_manifest(found.manifest, manifest_csv)
         intake.write_mapping(found.mappings, student_ids_csv)
+        lms.remember_identities(course, mappings=found.mappings, submissions=found.submissions, left_out=found.left_out)
         _enrol(course, found)
         passes = nbgrader.run(found.submissions, scheduler=scheduler, progress=progress, export_to=grades_csv)
 
@@ -144,6 +149,19 @@ def grade(
         feedback=course.root / "feedback",
         batch=passes.batch,
     )
+
+
+def write_grades_csv(course: Course) -> Path:
+    """Write grades.csv again from the gradebook as it is now (hand grades given in formgrader included), by the
+    export a grading run ends with (:func:`autograder.pipeline.nbgrader_process.export_grades`). Returns its path.
+
+    Raises:
+        CourseError: nbgrader cannot export (its log is quoted).
+    """
+    path = course.root / GRADES_CSV
+    with Session(course) as nbgrader:
+        export_grades(nbgrader, path)
+    return path
 
 
 def survey(

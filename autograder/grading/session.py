@@ -23,7 +23,7 @@ from ..course import Course, CourseError
 from ..kernel import sandbox
 from ..pipeline import batch
 from ..pipeline.intake.submissions import Submission
-from ..pipeline.nbgrader_process import PER_SUBMISSION_ERROR, Outcome, Session
+from ..pipeline.nbgrader_process import PER_SUBMISSION_ERROR, Outcome, Session, export_grades
 from ..pipeline.releases import update_gradebook
 
 @dataclass
@@ -128,9 +128,7 @@ class Passes:
         if failure := next((o for o in outcomes if not o.success and PER_SUBMISSION_ERROR not in o.log), None):
             raise CourseError(f"nbgrader autograde failed:\n{failure.tail()}")
         if export_to is not None:
-            export = self._nbgrader.export(export_to).result()
-            if not export.success:
-                raise CourseError(f"nbgrader export failed:\n{export.tail()}")
+            export_grades(self._nbgrader, export_to)
         outcomes += [future.result() for future in generated]
         return PassesRun(batch=executed, log="\n".join(outcome.log for outcome in outcomes))
 

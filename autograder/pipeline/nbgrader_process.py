@@ -160,6 +160,18 @@ class Session:
         self.close()
 
 
+def export_grades(session: Session, to: Path) -> None:
+    """Export the whole gradebook to ``to`` with the configured export plugin (grades.csv: a grading run's last
+    step, and ``report``'s), waiting for it.
+
+    Raises:
+        CourseError: nbgrader cannot export (its log is quoted).
+    """
+    outcome = session.export(to).result()
+    if not outcome.success:
+        raise CourseError(f"nbgrader export failed:\n{outcome.tail()}")
+
+
 def serve(root: str, replies: int) -> None:
     """The nbgrader process: load nbgrader and the course's configuration once, then answer each request line
     of stdin with a reply line on file descriptor ``replies``, until stdin ends."""
