@@ -113,8 +113,8 @@ class Secrets:
 
 def secrets(notebook: NotebookNode, reference: dict[str, list[Any]]) -> Secrets:
     """The :class:`Secrets` of an autograded notebook: its test cells' hidden lines, and the expected values of
-    the reference's records (``{grade_id: records}``, see :mod:`autograder.verdict`) whose label its cell's
-    visible part does not name; minus anything the notebook shows anyway (visible lines, the student's code)."""
+    the reference's records (``{grade_id: records}``, see :mod:`autograder.verdict`; the reference's value for a
+    check given none) whose label its cell's visible part does not name; minus anything the notebook shows anyway (visible lines, the student's code)."""
     visible = "\n".join(
         visible_source(cell.source) if is_autograder_tests(cell) else cell.source for cell in notebook.cells
     )
@@ -127,7 +127,11 @@ def secrets(notebook: NotebookNode, reference: dict[str, list[Any]]) -> Secrets:
         lines = [line for number, line in enumerate(cell.source.splitlines(), 1) if number in hidden]
         shown_here = visible_source(cell.source)
         records = reference.get(grade_id(cell), [])
-        expected = [record.get("expected") for record in records if str(record.get("label")) not in shown_here]
+        expected = [  # a check given no expected value expects what the reference gives
+            record["expected"] if "expected" in record else record.get("value")
+            for record in records
+            if str(record.get("label")) not in shown_here
+        ]
         strings, arrays = _leaves(expected)
         texts.update(text for text in [*lines, *strings] if len(text.strip()) >= MIN_SECRET_CHARS)
         numbers.extend(a for a in arrays if len(a) >= MIN_SECRET_NUMBERS and any(not x.is_integer() for x in a))
