@@ -114,7 +114,8 @@ class Secrets:
 def secrets(notebook: NotebookNode, reference: dict[str, list[Any]]) -> Secrets:
     """The :class:`Secrets` of an autograded notebook: its test cells' hidden lines, and the expected values of
     the reference's records (``{grade_id: records}``, see :mod:`autograder.verdict`; the reference's value for a
-    check given none) whose label its cell's visible part does not name; minus anything the notebook shows anyway (visible lines, the student's code)."""
+    check given none) whose label its cell's visible part does not name; minus anything the notebook shows
+    anyway (visible lines, the student's code)."""
     visible = "\n".join(
         visible_source(cell.source) if is_autograder_tests(cell) else cell.source for cell in notebook.cells
     )

@@ -74,7 +74,8 @@ def test_a_cells_records_are_one_output_in_order_after_the_cells_own_and_kept_wh
     published = [[o for o in c.outputs if RECORD_MIME_TYPE in o.get("data", {})] for c in executed.cells]
     assert [len(outputs) for outputs in published] == [0, 1, 1, 1, 0, 0, 1]
     labels = [[r["label"] for r in outputs[0].data[RECORD_MIME_TYPE]] for outputs in published if outputs]
-    assert labels == [["x after f(x)"], ["f(-1) raises"], ["x close", "shape"], ["visible", "hidden, judged by the grader"]]
+    hidden = ["visible", "hidden, judged by the grader"]
+    assert labels == [["x after f(x)"], ["f(-1) raises"], ["x close", "shape"], hidden]
     assert all(o.output_type == "display_data" and o.data["text/plain"] == "" for c in published for o in c)
     passed = executed.cells[3].outputs
     assert [o.output_type for o in passed] == ["display_data", "stream"]  # the records, then the passed line
