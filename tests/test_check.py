@@ -55,7 +55,7 @@ def test_source_findings_name_each_structural_problem():
         make_solution_cell("h_solution", source="def h():\n    return 1"),
         make_tests_cell("h_tests", source="check_equal(h(), 1, label='h()')"),
     ]
-    hidden = "\n### BEGIN HIDDEN TESTS\ncheck_equal(f(2), 3, label='f(2)')\n### END HIDDEN TESTS"
+    hidden = "\n### BEGIN HIDDEN TESTS\ncheck_equal(f(2), label='f(2)')\n### END HIDDEN TESTS"
     notebook.cells[1].source += hidden
     notebook.cells[4].source += hidden
     assert source_findings(notebook) == [

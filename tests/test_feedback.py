@@ -125,6 +125,15 @@ def test_any_output_carrying_a_hidden_line_or_expected_values_is_removed(printed
     assert shown_outputs[1].ename == "ValueError"
 
 
+def test_the_reference_value_of_a_hidden_check_given_no_expected_value_is_a_secret_too():
+    """A hidden check records no expected value; what it expects is the reference's value, and a student's
+    print of it (computed, or left by the tests) is removed as a hidden expected value was."""
+    tests = nbformat.v4.new_code_cell(SOURCE, metadata=TESTS_METADATA, id="task-tests")
+    record = {"label": HIDDEN_RECORD["label"], "value": HIDDEN_RECORD["expected"]}
+    found = secrets(nbformat.v4.new_notebook(cells=[tests]), {"task": [record]})
+    assert found.numbers == secrets(nbformat.v4.new_notebook(cells=[tests]), {"task": [HIDDEN_RECORD]}).numbers != ()
+
+
 def stdout(text):
     return nbformat.v4.new_output("stream", name="stdout", text=text)
 
