@@ -86,6 +86,10 @@ RECORD_MIME_TYPE: str = checks_constant("RECORD_MIME_TYPE")
 MISMATCH = "CheckRecordMismatch"
 """``ename`` of the error output the verdict adds to a cell it fails."""
 
+HIDDEN_FAILED = "A hidden test failed"
+"""How the verdict's message begins when a check given no expected value (a hidden test's) fails: the feedback page
+shows it as it is (:mod:`autograder.feedback`), as it shows a hidden test's failed assertion."""
+
 
 def cell_records(cell: NotebookNode) -> list[Any]:
     """The check records a code cell's outputs hold, in order: the items of each array under the record MIME type
@@ -146,7 +150,7 @@ def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
     the reference's rule (:func:`passes`); where the reference record has
     no expected value (a hidden check, given none), the reference's value
     under its rule, and a value too large to be judged here fails (no
-    kernel could judge it). A value the kernel refused to
+    kernel could judge it; the message then begins :data:`HIDDEN_FAILED`). A value the kernel refused to
     encode (``{"refused": why}``: a tensor or array subclass) passes nothing.
     """
     for number, trusted in enumerate(reference, start=1):
@@ -165,6 +169,9 @@ def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
         wanted = trusted.get("value") if hidden else trusted["expected"]
         judged = passes(trusted["check"], record.get("value"), wanted, trusted.get("rule", {}))
         if judged is False or (judged is None and hidden):
+            if hidden:  # worded as a failed hidden assertion was, for the student's feedback
+                position = f"check {number} of {len(reference)}, judged outside the kernel"
+                return f"{HIDDEN_FAILED}: {trusted.get('label')} ({position})"
             return f"{where} failed when judged outside the kernel"
     if len(student) > len(reference):
         return f"{len(student) - len(reference)} check record(s) more than the tests make"

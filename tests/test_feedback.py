@@ -15,9 +15,11 @@ from autograder.feedback import (
     FeedbackExporter,
     HideHiddenTests,
     secrets,
+    shown,
     visible_source,
 )
 from autograder.safehtml import with_policy
+from autograder.verdict import MISMATCH
 
 SOURCE = """check_equal(f(1), 2, label="f(1)")
 
@@ -132,6 +134,15 @@ def test_the_reference_value_of_a_hidden_check_given_no_expected_value_is_a_secr
     record = {"label": HIDDEN_RECORD["label"], "value": HIDDEN_RECORD["expected"]}
     found = secrets(nbformat.v4.new_notebook(cells=[tests]), {"task": [record]})
     assert found.numbers == secrets(nbformat.v4.new_notebook(cells=[tests]), {"task": [HIDDEN_RECORD]}).numbers != ()
+
+
+def test_a_hidden_check_failed_outside_the_kernel_reads_as_a_failed_hidden_test():
+    """A hidden check asserts nothing in the kernel; the verdict's error for it reads as a failed hidden assertion."""
+    hidden = "A hidden test failed: f(a hidden case) (check 2 of 2, judged outside the kernel)"
+    extra = "1 check record(s) more than the tests make"
+    for problem, message in [(hidden, hidden), (extra, f"Judged outside the kernel: {extra}")]:
+        output = nbformat.v4.new_output("error", ename=MISMATCH, evalue=problem, traceback=[problem])
+        assert shown(output, set()).traceback == [message]
 
 
 def stdout(text):
