@@ -7,6 +7,7 @@ import nbformat
 from autograder.pipeline.reference import reference_problems
 from autograder.authoring.check import (
     grade_id_findings,
+    hidden_oracle_findings,
     leak_findings,
     reference_findings,
     source_findings,
@@ -54,7 +55,7 @@ def test_source_findings_name_each_structural_problem():
         make_solution_cell("h_solution", source="def h():\n    return 1"),
         make_tests_cell("h_tests", source="check_equal(h(), 1, label='h()')"),
     ]
-    hidden = "\n### BEGIN HIDDEN TESTS\ncheck_equal(f(2), 3, label='f(2)')\n### END HIDDEN TESTS"
+    hidden = "\n### BEGIN HIDDEN TESTS\ncheck_equal(f(2), label='f(2)')\n### END HIDDEN TESTS"
     notebook.cells[1].source += hidden
     notebook.cells[4].source += hidden
     assert source_findings(notebook) == [
@@ -63,6 +64,58 @@ def test_source_findings_name_each_structural_problem():
         "grade_id 'f_tests' is used by cell 2 and cell 5: nbgrader refuses it",
         "solution cell 'h_solution' (cell 6) has no ### BEGIN SOLUTION region",
         "autograder-tests cell 'h_tests' (cell 7) has no ### BEGIN HIDDEN TESTS section",
+    ]
+
+
+def test_hidden_tests_that_hand_the_kernel_an_expected_value_are_named_with_their_line():
+    """After the marker no expected-taking check gets an expected value, and no name is left unread (a leftover
+    expected value, its oracle function, or an object only written into); the visible tests keep theirs."""
+    source = "\n".join([
+        "check_equal(f(1), 2, label='visible, with its expected value')",  # 1
+        "### BEGIN HIDDEN TESTS",
+        "x = torch.arange(3)",
+        "check_equal(f(x), label='f(x)')",
+        "check_close(f(x), x + 1, label='f(x) close')",  # 5: positional
+        "check_shape(f(x), expected=(3,), label='f(x).shape')",  # 6: keyword
+        "check_dtype(*pair, label='unpacked')",  # 7: unpacked
+        "expected = x + 1",  # 8: never read
+        "canvas = torch.zeros(3)",  # 9: only written into
+        "canvas[1] = canvas[0] + 1",
+        "def oracle(t):",  # 11: never called
+        "    return t + 1",
+        "class Fake:",
+        "    shape = (3,)",  # a class's attributes are read through it
+        "for _ in range(2):",
+        "    check_device(f(Fake()), label='device')",
+        "### END HIDDEN TESTS",
+    ])
+    assert [line for line, _ in hidden_oracle_findings(source)] == [5, 6, 7, 8, 9, 11]
+    problems = dict(hidden_oracle_findings(source))
+    assert problems[5] == "check_close is given an expected value: a hidden check takes none"
+    assert problems[8] == "'expected' is assigned and never read: a hidden test keeps no expected value"
+    assert hidden_oracle_findings(source.split("### BEGIN HIDDEN TESTS")[0]) == []
+
+
+def test_check_fails_on_a_hidden_check_given_an_expected_value_or_a_leftover_one(course_copy, cli):
+    """The course passes (``test_check_passes_on_the_course...``); one expected argument or one unread
+    ``expected = ...`` planted in a hidden test fails it, naming the notebook, the cell's grade_id and the line."""
+    path = course_copy.source_notebook("01_tensors")
+    source = read_notebook(path)
+    cell = next(cell for cell in source.cells if is_autograder_tests(cell))
+    hidden = "### BEGIN HIDDEN TESTS\n"
+    call = next(line for line in cell.source.split(hidden)[1].splitlines() if line.startswith("check_equal("))
+    planted = call.replace("), label=", "), torch.zeros(1), label=", 1)
+    cell.source = cell.source.replace(call, f"{planted}\nexpected = torch.zeros(1)", 1)
+    nbformat.write(source, path)
+    line = cell.source.splitlines().index(planted) + 1
+    where = f"source/01_tensors: autograder-tests cell {grade_id(cell)!r} (cell {source.cells.index(cell) + 1}"
+
+    checked = cli("--course", str(course_copy.root), "check", "01_tensors")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    findings = [finding for finding in checked.stdout.splitlines() if finding.startswith(where)]
+    assert [finding.rsplit(", line ", 1)[1] for finding in findings] == [
+        f"{line}: check_equal is given an expected value: a hidden check takes none",
+        f"{line + 1}: 'expected' is assigned and never read: a hidden test keeps no expected value",
     ]
 
 

@@ -35,7 +35,7 @@ def test_passing_checks_record_their_values_in_order():
     check_close(x, x + 1e-7, label="x close", rtol=0, atol=1e-6)
     assert [r["check"] for r in checks.records] == ["shape", "dtype", "close"]
     assert checks.records[0] == {
-        "version": 3,
+        "version": checks.RECORD_VERSION,
         "check": "shape",
         "label": "shape of x",
         "type": "torch.Tensor",
@@ -48,6 +48,31 @@ def test_passing_checks_record_their_values_in_order():
     assert checks.records[2]["value"]["tensor"]["data"] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
     assert checks.records[2]["expected"]["tensor"]["data"][0][1] == pytest.approx(1.0000001)
     json.dumps(checks.records, allow_nan=False)  # records are strict JSON
+
+
+def test_a_check_given_no_expected_value_records_value_and_rule_but_no_expected_and_asserts_nothing():
+    """Hidden tests give no expected value: the grader judges the value against the reference run's, so the kernel
+    has nothing to assert (a wrong-looking value passes here) and its record holds no ``expected``."""
+    x = torch.arange(6.0).reshape(2, 3)
+    check_equal(x + 1, label="equal")
+    check_close(x.double(), label="close, float64 defaults")
+    check_close(7, label="close, int", atol=0.5)
+    check_shape([1, 2], label="shape of a list")
+    check_dtype(np.zeros(2, np.float32), label="dtype")
+    check_device(x, label="device")
+    assert all("expected" not in record for record in checks.records)
+    assert [record["value"] for record in checks.records[3:]] == [None, "float32", "cpu"]
+    assert checks.records[1]["rule"] == {"kind": "close", "rtol": 1e-7, "atol": 1e-7, "check_dtype": True}
+    assert checks.records[2]["rule"] == {"kind": "close", "rtol": 0.0, "atol": 0.5, "check_dtype": True}
+    assert checks.records[0]["value"] == encode_value(x + 1)
+
+
+def test_a_check_given_no_expected_value_still_refuses_a_tensor_subclass():
+    zeros = torch.zeros(2).as_subclass(ReportsOnes)
+    for check in (check_equal, check_close, check_shape, check_dtype, check_device):
+        with pytest.raises(AssertionError, match="a torch.Tensor subclass"):
+            check(zeros, label="l")
+        assert checks.records[-1]["value"] == {"refused": checks.refusal(zeros)}
 
 
 def test_failures_name_the_label_and_what_differs():

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.kernel.checks import PASSED_LINE, RECORD_MIME_TYPE
+from autograder.kernel.checks import JUDGED_LINE, PASSED_LINE, RECORD_MIME_TYPE
 from autograder.course import CHECKS_MODULE
 
 CELLS = [
@@ -18,6 +18,7 @@ CELLS = [
     "check_close(x, [1.0, 2.0], label='x close')\ncheck_equal(x.shape, torch.Size([2]), label='shape')",
     "print('no checks here')",
     "def f():\n    assert False, 'my own assert'\nf()",
+    "check_equal(x, x, label='visible')\ncheck_equal(x + 1, label='hidden, judged by the grader')",
 ]
 
 
@@ -62,17 +63,19 @@ def test_the_students_own_frames_stay_in_the_traceback(executed):
 
 
 def test_only_a_cell_whose_checks_all_pass_says_so(executed):
+    """A cell with checks given no expected value (hidden tests) says only that the others passed."""
     said = ["".join(o.text for o in c.outputs if o.output_type == "stream") for c in executed.cells]
-    assert said == ["", "", "", PASSED_LINE + "\n", "no checks here\n", ""]
+    assert said == ["", "", "", PASSED_LINE + "\n", "no checks here\n", "", JUDGED_LINE + "\n"]
 
 
 def test_a_cells_records_are_one_output_in_order_after_the_cells_own_and_kept_when_it_raises(executed):
     """One ``display_data`` per cell that checked, after its other outputs, holding the cell's records in order:
     the raising cell's record of the check that failed is there too (the verdict judges it outside)."""
     published = [[o for o in c.outputs if RECORD_MIME_TYPE in o.get("data", {})] for c in executed.cells]
-    assert [len(outputs) for outputs in published] == [0, 1, 1, 1, 0, 0]
+    assert [len(outputs) for outputs in published] == [0, 1, 1, 1, 0, 0, 1]
     labels = [[r["label"] for r in outputs[0].data[RECORD_MIME_TYPE]] for outputs in published if outputs]
-    assert labels == [["x after f(x)"], ["f(-1) raises"], ["x close", "shape"]]
+    hidden = ["visible", "hidden, judged by the grader"]
+    assert labels == [["x after f(x)"], ["f(-1) raises"], ["x close", "shape"], hidden]
     assert all(o.output_type == "display_data" and o.data["text/plain"] == "" for c in published for o in c)
     passed = executed.cells[3].outputs
     assert [o.output_type for o in passed] == ["display_data", "stream"]  # the records, then the passed line

@@ -15,9 +15,11 @@ from autograder.results.feedback import (
     FeedbackExporter,
     HideHiddenTests,
     secrets,
+    shown,
     visible_source,
 )
 from autograder.results.safehtml import with_policy
+from autograder.pipeline.verdict import MISMATCH
 
 SOURCE = """check_equal(f(1), 2, label="f(1)")
 
@@ -123,6 +125,24 @@ def test_any_output_carrying_a_hidden_line_or_expected_values_is_removed(printed
     shown_outputs = redacting([stream, error])
     assert [o.get("text", o.get("evalue")) for o in shown_outputs] == [REDACTED + "\n", REDACTED]
     assert shown_outputs[1].ename == "ValueError"
+
+
+def test_the_reference_value_of_a_hidden_check_given_no_expected_value_is_a_secret_too():
+    """A hidden check records no expected value; what it expects is the reference's value, and a student's
+    print of it (computed, or left by the tests) is removed as a hidden expected value was."""
+    tests = nbformat.v4.new_code_cell(SOURCE, metadata=TESTS_METADATA, id="task-tests")
+    record = {"label": HIDDEN_RECORD["label"], "value": HIDDEN_RECORD["expected"]}
+    found = secrets(nbformat.v4.new_notebook(cells=[tests]), {"task": [record]})
+    assert found.numbers == secrets(nbformat.v4.new_notebook(cells=[tests]), {"task": [HIDDEN_RECORD]}).numbers != ()
+
+
+def test_a_hidden_check_failed_outside_the_kernel_reads_as_a_failed_hidden_test():
+    """A hidden check asserts nothing in the kernel; the verdict's error for it reads as a failed hidden assertion."""
+    hidden = "A hidden test failed: f(a hidden case) (check 2 of 2, judged outside the kernel)"
+    extra = "1 check record(s) more than the tests make"
+    for problem, message in [(hidden, hidden), (extra, f"Judged outside the kernel: {extra}")]:
+        output = nbformat.v4.new_output("error", ename=MISMATCH, evalue=problem, traceback=[problem])
+        assert shown(output, set()).traceback == [message]
 
 
 def stdout(text):

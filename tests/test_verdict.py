@@ -98,6 +98,65 @@ def test_the_verdict_outside_agrees_with_the_check_inside(name):
     assert passes(record["check"], record["value"], record["expected"], record["rule"]) is inside
 
 
+HIDDEN_CASES = {
+    "shape": (check_shape, x, x.t(), (3, 2), {}),
+    "shape_of_a_list": (check_shape, [1, 2], torch.zeros(2), (2,), {}),
+    "dtype": (check_dtype, x, x.double(), torch.float64, {}),
+    "dtype_numpy": (check_dtype, np.zeros(2, np.float32), np.zeros(2, np.float32), np.float32, {}),
+    "dtype_numpy_for_torch": (check_dtype, np.zeros(2, np.float32), x, torch.float32, {}),
+    "device": (check_device, x, x, "cpu", {}),
+    "device_of_a_list": (check_device, [1.0], x, "cpu", {}),
+    "equal_tensor": (check_equal, x, x + 1, x + 1, {}),
+    "equal_tensor_dtype": (check_equal, x, x.double(), x.double(), {}),
+    "equal_bool_for_int": (check_equal, True, 1, 1, {}),
+    "equal_list_for_tuple": (check_equal, [1, 2], (1, 2), (1, 2), {}),
+    "equal_tuple": (check_equal, (1, 2), (1, 2), (1, 2), {}),
+    "close_within": (check_close, x, x + 1e-7, x + 1e-7, {}),
+    "close_outside": (check_close, x, x + 1e-3, x + 1e-3, {}),
+    "close_custom_tolerance": (check_close, x, x + 1e-3, x + 1e-3, {"atol": 1e-2, "rtol": 0}),
+    "close_dtype": (check_close, x.double(), x, x, {}),
+    "close_dtype_ignored": (check_close, x.double(), x, x, {"check_dtype": False}),
+    "close_python_float": (check_close, 0.5, 0.5 + 1e-9, 0.5 + 1e-9, {}),
+    "close_python_float_outside": (check_close, 0.5, 0.5001, 0.5001, {}),
+}
+"""``(check, actual, right, expected, options)``: what a student's function gave, what the reference solution
+gives, and the expected value a test would state for it (``right`` itself, or its shape, dtype or device)."""
+
+
+@pytest.mark.parametrize("name", HIDDEN_CASES)
+def test_a_check_given_no_expected_value_is_judged_against_the_references_value_as_the_kernel_would(name):
+    """The reference run checks its own value given no expected value; the student's record of ``actual`` passes
+    against it exactly when the kernel's check of ``actual`` against the stated ``expected`` passes."""
+    check, actual, right, expected, options = HIDDEN_CASES[name]
+    reference = record_of(lambda: check(right, label="l", **options))
+    student = record_of(lambda: check(actual, label="l", **options))
+    assert "expected" not in reference and "expected" not in student
+    try:
+        check(actual, expected, label="l", **options)
+        inside = True
+    except AssertionError:
+        inside = False
+    assert (first_mismatch([student], [reference]) is None) is inside
+
+
+def test_an_expected_value_in_the_students_record_is_never_read():
+    """A kernel that replaced the checks can put anything in its records: a forged ``expected`` (the reference's
+    value) beside a wrong value still fails, the verdict reading the reference's record only."""
+    reference = record_of(lambda: check_equal(x, label="l"))
+    forged = {**record_of(lambda: check_equal(x + 1, label="l")), "expected": reference["value"]}
+    failed = "A hidden test failed: l (check 1 of 1, judged outside the kernel)"
+    assert first_mismatch([forged], [reference]) == failed
+    assert first_mismatch([record_of(lambda: check_equal(x.clone(), label="l"))], [reference]) is None
+
+
+def test_a_check_given_no_expected_value_and_too_large_to_judge_outside_fails():
+    """No kernel judges a check given no expected value, so one the verdict cannot judge does not pass."""
+    big = torch.zeros(checks.MAX_RECORDED_ELEMENTS + 1)
+    reference = record_of(lambda: check_close(big, label="l"))
+    failed = "A hidden test failed: l (check 1 of 1, judged outside the kernel)"
+    assert first_mismatch([reference], [reference]) == failed
+
+
 def record_of(call):
     checks.records.clear()
     try:

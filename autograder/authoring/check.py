@@ -9,6 +9,7 @@ task's heading or made up by JupyterLab, a test cell ending in a bare
 expression, an opening whose task count or points disagree with the grade
 cells, a solution code cell with no autograder-tests cell after it, a solution or
 autograder-tests cell without its BEGIN SOLUTION / BEGIN HIDDEN TESTS markers,
+a hidden test that hands the kernel an expected value (:func:`hidden_oracle_findings`),
 and a cell that raises on purpose without the ``raises-exception`` tag
 (JupyterLab's Run All, like nbgrader, stops at the first error of an untagged cell).
 
@@ -24,6 +25,7 @@ import filecmp
 import itertools
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -101,6 +103,7 @@ def source_findings(notebook: nbformat.NotebookNode) -> list[str]:
 def cell_findings(notebook: nbformat.NotebookNode) -> list[str]:
     """Grade cells without points, repeated grade_ids, solution cells with no tests after them,
     cells whose solution or hidden tests are not marked (nbgrader would then release them),
+    hidden tests that hand the kernel an expected value (:func:`hidden_oracle_findings`),
     test cells that end in a bare expression, and cells whose ``# NBVAL_RAISES_EXCEPTION``
     marker and ``raises-exception`` tag disagree."""
     findings = []
@@ -119,6 +122,11 @@ def cell_findings(notebook: nbformat.NotebookNode) -> list[str]:
                 findings.append(f"grade cell {cell_id!r} ({place}) has no points")
         if is_autograder_tests(cell) and HIDDEN_TEST_MARKERS[0] not in cell.source:
             findings.append(f"autograder-tests cell {cell_id!r} ({place}) has no {HIDDEN_TEST_MARKERS[0]} section")
+        if is_autograder_tests(cell):
+            findings += [
+                f"autograder-tests cell {cell_id!r} ({place}), line {line}: {problem}"
+                for line, problem in hidden_oracle_findings(cell.source)
+            ]
         if is_autograder_tests(cell) and (last := bare_expression(cell.source, silent=silent)):
             findings.append(
                 f"autograder-tests cell {cell_id!r} ({place}) ends in the bare expression {last!r}: nbgrader "
@@ -139,6 +147,102 @@ def cell_findings(notebook: nbformat.NotebookNode) -> list[str]:
 
 SILENT_CALLS = frozenset({"print", *(name for name in dir(checks) if name.startswith("check_"))})
 """Functions whose call may end a test cell: they return None, so the cell shows no value."""
+
+
+EXPECTING_CHECKS = frozenset({"check_equal", "check_close", "check_shape", "check_dtype", "check_device"})
+"""The check helpers that take an expected value (by default the reference solution's, judged outside the kernel)."""
+
+
+def hidden_oracle_findings(source: str) -> list[tuple[int, str]]:
+    """``(line, problem)`` for each way the hidden tests of an autograder-tests cell's ``source`` (the lines after
+    ``### BEGIN HIDDEN TESTS``; lines counted from 1) hand the kernel what a check expects: a call of one of
+    :data:`EXPECTING_CHECKS` given an expected value (a second positional argument, ``expected=``, or
+    arguments unpacked with ``*`` or ``**``), and a name assigned, defined or imported there and never read there
+    (a leftover expected value, or the function that computed it). A student's code runs in the same kernel first and can replace the checks, so a hidden
+    check must leave its expected value to the reference solution's run (see ``autograder/kernel/checks.py``)."""
+    lines = source.splitlines()
+    begin = next((n for n, line in enumerate(lines, 1) if line.strip() == HIDDEN_TEST_MARKERS[0]), None)
+    if begin is None:
+        return []
+    hidden = [node for node in ast.walk(ast.Module(body=_parsed(source)[1], type_ignores=[]))
+              if getattr(node, "lineno", 0) > begin]
+    findings = []
+    for node in hidden:
+        name = node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else None
+        if name in EXPECTING_CHECKS and (
+            len(node.args) > 1
+            or any(isinstance(argument, ast.Starred) for argument in node.args)
+            or any(keyword.arg in ("expected", None) for keyword in node.keywords)
+        ):
+            findings.append((node.lineno, f"{name} is given an expected value: a hidden check takes none"))
+    bound = _bound(hidden)
+    unread = _unread(hidden, {name for _, name in bound} - {"_"})
+    findings += [
+        (line, f"{name!r} is assigned and never read: a hidden test keeps no expected value")
+        for line, name in bound
+        if name in unread
+    ]
+    return sorted(findings)
+
+
+def _unread(nodes: list[ast.AST], bound: set[str]) -> set[str]:
+    """The names of ``bound`` whose values no statement among ``nodes`` reads, but to write into names of the same
+    kind (``expected = ...`` then ``expected[0] = expected[0] + 1`` reads nothing that counts)."""
+    statements = [node for node in nodes if isinstance(node, ast.stmt)]
+    unread = set(bound)
+    while True:
+        read = {name for statement in statements if not _writes_only(statement, unread) for name in _loads(statement)}
+        if not read & unread:
+            return unread
+        unread -= read
+
+
+def _loads(statement: ast.stmt) -> Iterator[str]:
+    """The names a statement's own expressions load (not those of the statements nested in it)."""
+    stack = [child for child in ast.iter_child_nodes(statement) if not isinstance(child, ast.stmt)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            yield node.id
+        stack.extend(child for child in ast.iter_child_nodes(node) if not isinstance(child, ast.stmt))
+
+
+def _writes_only(statement: ast.stmt, names: set[str]) -> bool:
+    """Whether ``statement`` is an assignment whose every target is (an item or attribute of) one of ``names``."""
+    if isinstance(statement, ast.Assign):
+        targets = list(statement.targets)
+    elif isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+        targets = [statement.target]
+    else:
+        return False
+    roots = []
+    while targets:
+        target = targets.pop()
+        if isinstance(target, (ast.Tuple, ast.List)):
+            targets.extend(target.elts)
+        elif isinstance(target, (ast.Subscript, ast.Attribute, ast.Starred)):
+            targets.append(target.value)
+        else:
+            roots.append(target)
+    return all(isinstance(root, ast.Name) and root.id in names for root in roots)
+
+
+def _bound(nodes: list[ast.AST]) -> list[tuple[int, str]]:
+    """``(line, name)`` for each name that ``nodes`` bind: assigned, defined (``def``, ``class``) or imported;
+    not a class's attributes and methods (read through its instances)."""
+    members = {id(inner) for node in nodes if isinstance(node, ast.ClassDef) for statement in node.body
+               for inner in ast.walk(statement)}
+    bound = []
+    for node in nodes:
+        if id(node) in members:
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.append((node.lineno, node.id))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.append((node.lineno, node.name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound += [(node.lineno, alias.asname or alias.name.partition(".")[0]) for alias in node.names]
+    return bound
 
 
 def _parsed(source: str) -> tuple[str, list[ast.stmt]]:

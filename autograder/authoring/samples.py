@@ -12,7 +12,9 @@ Wrong answers live in ``tests/submissions/<assignment_id>.toml``, one
 Hostile submissions (``tests/hostile/<assignment_id>.toml``, ``[[hostile]]``
 tables with the same fields, ``trick`` instead of ``mistake``; student ids
 ``hostile_<name>``) pair a wrong answer with an attack on the grading: the
-cells in ``loses`` must score 0 however the kernel was tricked.
+cells in ``loses`` must score 0 however the kernel was tricked. Any sample may
+also give ``first_cell``, the source of a code cell the student added at the
+top of the notebook (it runs before the setup cell).
 
 Kernel stoppers (``[[stops_kernel]]`` tables in the same files, ``how``
 instead of ``mistake``; student ids ``stops_<name>``) exit, crash or hang the
@@ -131,6 +133,8 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
         for cell in notebook.cells:
             if grade_id(cell) == variant["cell"]:
                 cell.source = variant["source"].strip("\n")
+        if "first_cell" in variant:
+            notebook.cells.insert(0, nbformat.v4.new_code_cell(variant["first_cell"].strip("\n")))
         expected = {name: (0.0 if name in loses else score) for name, score in points.items()}
         status = variant.get("status", "review" if kind == "hostile" else "ok")
         found.append(

@@ -8,12 +8,15 @@ record, for every check, the value checked, the expected value and the rule.
 
 Once per batch the reference solution runs through the same tests in the
 same environment (:func:`reference_records`); its records give the trusted
-expected values and rules. After nbgrader has executed a submission,
+expected values and rules. A hidden test's check is given no expected value
+(``checks.REFERENCE``; ``autograder check`` enforces it): its reference
+record holds none, and the reference run's own value stands in for it. After nbgrader has executed a submission,
 :class:`CompareRecords` (an nbgrader preprocessor, registered in
 ``nbgrader_config.py`` right after ``Execute``) compares each autograder-tests
 cell's records with the reference's, one by one, and judges the student's
 value against the reference's expected value and rule here, outside the
-kernel. A missing, extra, reordered or failing record adds an error output
+kernel (never the student's record's expected value, which the verdict does
+not read). A missing, extra, reordered or failing record adds an error output
 to the cell, so nbgrader scores it 0 whatever the kernel printed or hid.
 
 nbgrader scores a test cell by its outputs in order: the first error or
@@ -31,9 +34,13 @@ verdict (``autograder check`` reports such cells), its execute_results made
 display_data all the same. What this cannot stop: a
 kernel that forges records (reaches the check helpers' module or IPython's
 display and records the expected value a test handed it), since nothing a
-kernel sends can prove where it came from; every way to do that needs code
-that ``autograder.kernel.machinery`` reports, so such a submission is flagged for
-a person to review.
+kernel sends can prove where it came from. Hidden checks hand the kernel no
+expected value, so forging gains only the visible checks (whose expected
+values the student reads anyway), ``check_raises`` and
+``check_shares_memory`` (whose exception types and booleans a task's
+statement gives); every way to forge needs code that
+``autograder.kernel.machinery`` reports, so such a submission is flagged for a
+person to review.
 """
 
 from __future__ import annotations
@@ -80,6 +87,10 @@ RECORD_MIME_TYPE: str = checks_constant("RECORD_MIME_TYPE")
 
 MISMATCH = "CheckRecordMismatch"
 """``ename`` of the error output the verdict adds to a cell it fails."""
+
+HIDDEN_FAILED = "A hidden test failed"
+"""How the verdict's message begins when a check given no expected value (a hidden test's) fails: the feedback page
+shows it as it is (:mod:`autograder.feedback`), as it shows a hidden test's failed assertion."""
 
 
 def cell_records(cell: NotebookNode) -> list[Any]:
@@ -133,7 +144,10 @@ def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
     with the test's ``check_dtype=False``, any real number for a real number,
     :func:`_same_type`),
     and the student's value must pass the reference's expected value under
-    the reference's rule (:func:`passes`). A value the kernel refused to
+    the reference's rule (:func:`passes`); where the reference record has
+    no expected value (a hidden check, given none), the reference's value
+    under its rule, and a value too large to be judged here fails (no
+    kernel could judge it; the message then begins :data:`HIDDEN_FAILED`). A value the kernel refused to
     encode (``{"refused": why}``: a tensor or array subclass) passes nothing.
     """
     for number, trusted in enumerate(reference, start=1):
@@ -148,7 +162,13 @@ def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
             return f"{where}: a different check ran in its place"
         if trusted.get("check") != "raises" and not _same_type(record.get("type"), trusted):
             return f"{where}: got a {record.get('type')} where the reference solution gives a {trusted.get('type')}"
-        if passes(trusted["check"], record.get("value"), trusted.get("expected"), trusted.get("rule", {})) is False:
+        hidden = "expected" not in trusted  # the kernel was never told what passes: only this judgement counts
+        wanted = trusted.get("value") if hidden else trusted["expected"]
+        judged = passes(trusted["check"], record.get("value"), wanted, trusted.get("rule", {}))
+        if judged is False or (judged is None and hidden):
+            if hidden:  # worded as a failed hidden assertion was, for the student's feedback
+                position = f"check {number} of {len(reference)}, judged outside the kernel"
+                return f"{HIDDEN_FAILED}: {trusted.get('label')} ({position})"
             return f"{where} failed when judged outside the kernel"
     if len(student) > len(reference):
         return f"{len(student) - len(reference)} check record(s) more than the tests make"

@@ -9,7 +9,9 @@ runs before the page is rendered and, in every autograder-tests cell:
   ``### END HIDDEN TESTS`` with one comment saying how many are hidden;
 - turns an error raised on a hidden line into "A hidden test failed: <label>"
   (the check's label names what was checked, e.g. ``one_hot(empty labels,
-  4).shape``; the expected value on the message's next line is dropped), or,
+  4).shape``; the expected value on the message's next line is dropped), as
+  the verdict's error for a failed hidden check (given no expected value, it
+  asserts nothing in the kernel) already reads, or,
   when the student's own code raised, the exception's type and message;
 - keeps a visible test's traceback, minus frames outside the notebook's cells
   (they show the grader's file paths) and minus the hidden lines IPython
@@ -70,7 +72,7 @@ from traitlets import default
 
 from ..course import HIDDEN_TEST_MARKERS, grade_id, is_autograder_tests
 from .safehtml import MathImages, clean, with_policy
-from ..pipeline.verdict import MISMATCH, RECORD_MIME_TYPE, reference_of
+from ..pipeline.verdict import HIDDEN_FAILED, MISMATCH, RECORD_MIME_TYPE, reference_of
 
 STDERR_NOTE = (
     "\nThis test cell wrote to the error stream (above: usually a warning from your code), "
@@ -113,8 +115,9 @@ class Secrets:
 
 def secrets(notebook: NotebookNode, reference: dict[str, list[Any]]) -> Secrets:
     """The :class:`Secrets` of an autograded notebook: its test cells' hidden lines, and the expected values of
-    the reference's records (``{grade_id: records}``, see :mod:`autograder.pipeline.verdict`) whose label its cell's
-    visible part does not name; minus anything the notebook shows anyway (visible lines, the student's code)."""
+    the reference's records (``{grade_id: records}``, see :mod:`autograder.pipeline.verdict`; the reference's value
+    for a check given none) whose label its cell's visible part does not name; minus anything the notebook shows
+    anyway (visible lines, the student's code)."""
     visible = "\n".join(
         visible_source(cell.source) if is_autograder_tests(cell) else cell.source for cell in notebook.cells
     )
@@ -127,7 +130,11 @@ def secrets(notebook: NotebookNode, reference: dict[str, list[Any]]) -> Secrets:
         lines = [line for number, line in enumerate(cell.source.splitlines(), 1) if number in hidden]
         shown_here = visible_source(cell.source)
         records = reference.get(grade_id(cell), [])
-        expected = [record.get("expected") for record in records if str(record.get("label")) not in shown_here]
+        expected = [  # a check given no expected value expects what the reference gives
+            record["expected"] if "expected" in record else record.get("value")
+            for record in records
+            if str(record.get("label")) not in shown_here
+        ]
         strings, arrays = _leaves(expected)
         texts.update(text for text in [*lines, *strings] if len(text.strip()) >= MIN_SECRET_CHARS)
         numbers.extend(a for a in arrays if len(a) >= MIN_SECRET_NUMBERS and any(not x.is_integer() for x in a))
@@ -292,7 +299,7 @@ def shown(output: NotebookNode, hidden: set[int]) -> NotebookNode:
         if output.get("ename") == "AssertionError":
             message = f"A hidden test failed: {first_line}"
         elif output.get("ename") == MISMATCH:
-            message = f"Judged outside the kernel: {first_line}"
+            message = first_line if first_line.startswith(HIDDEN_FAILED) else f"Judged outside the kernel: {first_line}"
         else:
             message = f"A hidden test raised {output.get('ename')}: {first_line}"
         output.traceback = [message]

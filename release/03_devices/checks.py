@@ -17,23 +17,38 @@ Every check does two things:
    checks; each output costs the kernel and the grader a message, a schema check and a copy). All records
    are also kept in :data:`records` (outside IPython only there).
 
+Hidden tests pass no expected value. ``check_equal``, ``check_close``,
+``check_shape``, ``check_dtype`` and ``check_device`` take ``expected`` as an
+optional argument whose default, :data:`REFERENCE`, means "whatever the
+reference solution gives for this same check": such a check asserts nothing
+in the kernel and records the value checked and its rule but no expected
+value, and the grader judges the student's value against the value the
+reference run recorded, under the reference run's rule. The kernel then
+never holds what a hidden check expects, so code that replaces the checks
+(a module of its own under this module's name, a wrapper around these
+functions) can only report the student's own values. ``check_raises`` keeps
+its exception types and ``check_shares_memory`` its boolean: they are the
+contract a task's statement gives (which error to raise, view or copy), no
+secret. A hidden check's value must have at most :data:`MAX_RECORDED_ELEMENTS`
+elements, or nothing outside the kernel can judge it (and the verdict fails it).
+
 Record format (JSON object, one per check, in the order the checks ran)::
 
     {
-      "version": 3,
+      "version": 4,
       "check": "close" | "equal" | "shape" | "dtype" | "device" | "raises" | "shares_memory",
       "label": "<what the test checked, as written in the test>",
       "type": "<exact type of the object checked: float, tuple, torch.Tensor, numpy.float64, ...>",
       "value": <the checked value, encoded as below>,
-      "expected": <what the check expected, encoded as below>,
+      "expected": <what the check expected, encoded as below; absent when the check was given none>,
       "rule": {"kind": "exact"} | {"kind": "close", "rtol": float, "atol": float, "check_dtype": bool}
               | {"kind": "device"} | {"kind": "raises", "match": str | null}
     }
 
 The grader judges a student's value against the *reference run's* expected
-value, so an expected value must be the same in every run of the reference
-solution: never an ``id()``, a ``data_ptr()``, a time, or anything computed
-from the student's result. Compare such things in the test and check the
+value (or, for a check given none, the reference run's value), so that must
+be the same in every run of the reference solution: never an ``id()``, a
+``data_ptr()``, a time, or anything computed from the student's result. Compare such things in the test and check the
 boolean (``check_equal(x.data_ptr() == pointer, True, label=...)``). The
 grader also requires ``type`` to be the reference's (a list where the
 reference returns a tuple fails, as does a 0-d tensor for a Python float).
@@ -65,8 +80,11 @@ replace (see :func:`encode_value`).
 
 What this cannot stop: code in the kernel runs in the same process as the
 checks and can always lie about its own values (reach this module, or
-IPython's display, and record whatever it likes). Doing so needs code that
-``autograder.structure`` flags for review.
+IPython's display, and record whatever it likes). For a check given no
+expected value that gains nothing: the kernel does not know the value that
+passes. For a check given one (visible tests, ``check_raises``,
+``check_shares_memory``) it can record the expected value as its own. Doing
+either needs code that ``autograder.structure`` flags for review.
 
 This file is copied next to every assignment notebook (``checks.py``), so it
 depends only on the standard library, NumPy, PyTorch and (optionally) IPython.
@@ -87,9 +105,22 @@ import torch
 RECORD_MIME_TYPE = "application/vnd.pytorch-tensors-course.check+json"
 """MIME type of the ``display_data`` outputs that carry check records."""
 
-RECORD_VERSION = 3
+RECORD_VERSION = 4
+"""Version of the record format above (4: ``expected`` is absent from the record of a check given none)."""
 MAX_RECORDED_ELEMENTS = 10_000
 """Arrays with more elements are recorded without their values."""
+
+
+class _Reference:
+    """The type of :data:`REFERENCE` (one instance)."""
+
+    def __repr__(self) -> str:
+        return "REFERENCE"
+
+
+REFERENCE = _Reference()
+"""The default ``expected`` of the checks that take one: the reference solution's value for the same check,
+judged by the grader outside the kernel (see the module docstring)."""
 
 records: list[dict[str, Any]] = []
 """Every record made in this process, in order (also when not in IPython)."""
@@ -266,8 +297,9 @@ def _encode_nested(item: Any) -> Any:
 def _record(
     check: str, label: str, checked: Any, value: Any, expected: Any, rule: dict[str, Any], *, encoded: bool = False
 ) -> str | None:
-    """Record one check of ``checked`` (recorded as ``value``, which is already plain record data if ``encoded``);
-    return why ``checked`` was refused, if it was (the check then fails with that reason)."""
+    """Record one check of ``checked`` (recorded as ``value``, which is already plain record data if ``encoded``)
+    against ``expected`` (:data:`REFERENCE`: no expected value is recorded); return why ``checked`` was refused,
+    if it was (the check then fails with that reason)."""
     reason = refusal(checked)
     record = {
         "version": RECORD_VERSION,
@@ -275,9 +307,10 @@ def _record(
         "label": label,
         "type": type_name(checked),
         "value": {"refused": reason} if reason is not None else value if encoded else encode_value(value),
-        "expected": encode_value(expected),
-        "rule": rule,
     }
+    if expected is not REFERENCE:
+        record["expected"] = encode_value(expected)
+    record["rule"] = rule
     records.append(record)
     return reason
 
@@ -294,34 +327,44 @@ def _fail(label: str, message: str) -> AssertionError:
 # --------------------------------------------------------------------------- checks
 
 
-def check_shape(actual: Any, expected: Sequence[int], *, label: str) -> None:
-    """Check that ``actual`` (a tensor or array) has shape ``expected``.
+def check_shape(actual: Any, expected: Sequence[int] | _Reference = REFERENCE, *, label: str) -> None:
+    """Check that ``actual`` (a tensor or array) has shape ``expected`` (by default the reference solution's
+    shape, judged by the grader: see the module docstring).
 
     Raises:
-        AssertionError: ``actual`` has no shape, or a different one.
+        AssertionError: ``actual`` is a refused subclass, or (given ``expected``) has no shape or a different one.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     shape = _shape(actual)
-    if (reason := _record("shape", label, actual, shape, tuple(expected), _EXACT)) is not None:
+    wanted = expected if expected is REFERENCE else tuple(expected)
+    if (reason := _record("shape", label, actual, shape, wanted, _EXACT)) is not None:
         raise _fail(label, reason)
+    if expected is REFERENCE:
+        return
     if shape is None:
         raise _fail(label, f"expected a tensor of shape {tuple(expected)}, got a {type(actual).__name__}")
     if tuple(shape) != tuple(expected):
         raise _fail(label, f"expected shape {tuple(expected)}, got {tuple(shape)}")
 
 
-def check_dtype(actual: Any, expected: torch.dtype | np.dtype | type, *, label: str) -> None:
-    """Check that ``actual`` (a tensor or array) has dtype ``expected``.
+def check_dtype(actual: Any, expected: torch.dtype | np.dtype | type | _Reference = REFERENCE, *, label: str) -> None:
+    """Check that ``actual`` (a tensor or array) has dtype ``expected`` (by default the reference solution's
+    dtype, judged by the grader: see the module docstring).
 
     Raises:
-        AssertionError: ``actual`` has no dtype, or a different one.
+        AssertionError: ``actual`` is a refused subclass, or (given ``expected``) has no dtype or a different one.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     dtype = _dtype(actual)
-    expected_name = str(expected) if isinstance(expected, torch.dtype) else str(np.dtype(expected))
+    if expected is REFERENCE:
+        expected_name = REFERENCE
+    else:
+        expected_name = str(expected) if isinstance(expected, torch.dtype) else str(np.dtype(expected))
     found = None if dtype is None else str(dtype)
     if (reason := _record("dtype", label, actual, found, expected_name, _EXACT)) is not None:
         raise _fail(label, reason)
+    if expected is REFERENCE:
+        return
     if dtype is None:
         raise _fail(label, f"expected a tensor of dtype {expected}, got a {type(actual).__name__}")
     if isinstance(actual, np.ndarray):
@@ -332,20 +375,24 @@ def check_dtype(actual: Any, expected: torch.dtype | np.dtype | type, *, label: 
         raise _fail(label, f"expected dtype {expected}, got {dtype}")
 
 
-def check_device(actual: Any, expected: torch.device | str, *, label: str) -> None:
-    """Check that tensor ``actual`` lives on device ``expected``.
+def check_device(actual: Any, expected: torch.device | str | _Reference = REFERENCE, *, label: str) -> None:
+    """Check that tensor ``actual`` lives on device ``expected`` (by default the reference solution's device,
+    judged by the grader: see the module docstring).
 
     ``expected`` without an index (``"cuda"``) matches any index of that type.
 
     Raises:
-        AssertionError: ``actual`` is not a tensor, or lives elsewhere.
+        AssertionError: ``actual`` is a refused subclass, or (given ``expected``) is not a tensor or lives elsewhere.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     device = _DEVICE(actual) if type(actual) in _PLAIN_TENSORS else None
-    expected = torch.device(expected)
     found = None if device is None else str(device)
-    if (reason := _record("device", label, actual, found, str(expected), _DEVICE_RULE)) is not None:
+    wanted = expected if expected is REFERENCE else str(torch.device(expected))
+    if (reason := _record("device", label, actual, found, wanted, _DEVICE_RULE)) is not None:
         raise _fail(label, reason)
+    if expected is REFERENCE:
+        return
+    expected = torch.device(expected)
     if device is None:
         raise _fail(label, f"expected a tensor on {expected}, got a {type(actual).__name__}")
     same = device.type == expected.type and (expected.index is None or device.index == expected.index)
@@ -353,8 +400,9 @@ def check_device(actual: Any, expected: torch.device | str, *, label: str) -> No
         raise _fail(label, f"expected a tensor on {expected}, got one on {device}; move it with .to(device)")
 
 
-def check_equal(actual: Any, expected: Any, *, label: str) -> None:
-    """Check that ``actual`` equals ``expected`` exactly.
+def check_equal(actual: Any, expected: Any = REFERENCE, *, label: str) -> None:
+    """Check that ``actual`` equals ``expected`` exactly (by default the reference solution's value, judged by
+    the grader: see the module docstring).
 
     Tensors must match in shape, dtype and every value (``torch.equal``);
     arrays likewise (``numpy.array_equal``); anything else is compared with
@@ -362,11 +410,14 @@ def check_equal(actual: Any, expected: Any, *, label: str) -> None:
     list does not pass for a tuple.
 
     Raises:
-        AssertionError: the values, types, shapes or dtypes differ.
+        AssertionError: ``actual`` is a refused subclass, or (given ``expected``) the values, types, shapes or
+            dtypes differ.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     if (reason := _record("equal", label, actual, actual, expected, _EXACT)) is not None:
         raise _fail(label, reason)
+    if expected is REFERENCE:
+        return
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             raise _fail(label, f"expected a tensor, got a {type(actual).__name__}")
@@ -406,18 +457,20 @@ def check_equal(actual: Any, expected: Any, *, label: str) -> None:
 
 def check_close(
     actual: Any,
-    expected: Any,
+    expected: Any = REFERENCE,
     *,
     label: str,
     rtol: float | None = None,
     atol: float | None = None,
     check_dtype: bool = True,
 ) -> None:
-    """Check that ``actual`` is close to ``expected`` element by element.
+    """Check that ``actual`` is close to ``expected`` element by element (by default to the reference solution's
+    value, judged by the grader under this call's rule: see the module docstring).
 
     Judges as ``torch.testing.assert_close`` does (shapes, dtypes and devices
     must match too; pass ``check_dtype=False`` to compare values only). Without
-    ``rtol``/``atol`` PyTorch's defaults for the dtype apply, e.g. float32
+    ``rtol``/``atol`` PyTorch's defaults for the dtype of ``expected`` (without
+    ``expected``: of ``actual``) apply, e.g. float32
     rtol 1.3e-6, atol 1e-5; float64 rtol 1e-7, atol 1e-7 (PyTorch docs,
     ``torch.testing.assert_close``). NumPy arrays and Python numbers are
     accepted on either side, and ``expected`` may be a (nested) list. A Python
@@ -428,26 +481,30 @@ def check_close(
 
     Raises:
         TypeError: ``expected`` is none of these (a mistake in the test).
-        AssertionError: shapes, dtypes or devices differ, or some value is
-            further from the expected one than ``atol + rtol * |expected|``.
+        AssertionError: ``actual`` is a refused subclass, or (given ``expected``) shapes, dtypes or devices
+            differ, or some value is further from the expected one than ``atol + rtol * |expected|``.
     """
     __tracebackhide__ = True  # IPython then shows the student's line, not this helper's
     reason = refusal(actual)
     actual_t = None if reason is not None else _as_tensor(actual)
-    if isinstance(expected, (list, tuple)):
+    if expected is REFERENCE:
+        expected_t = REFERENCE
+    elif isinstance(expected, (list, tuple)):
         expected_t = torch.tensor(expected)
     else:  # a float literal against a tensor means a tensor of the default dtype, against a float a float
         expected_t = _as_tensor(expected, torch.float64 if type(actual) is float else torch.get_default_dtype())
     if expected_t is None:
         raise TypeError(f"check_close: expected must be a tensor, array, number or list, not {type(expected).__name__}")
     if rtol is None or atol is None:
-        default_rtol, default_atol = _default_tolerances(expected_t)
+        default_rtol, default_atol = _default_tolerances(actual_t if expected_t is REFERENCE else expected_t)
         rtol = default_rtol if rtol is None else rtol
         atol = default_atol if atol is None else atol
     rule = {"kind": "close", "rtol": rtol, "atol": atol, "check_dtype": check_dtype}
     _record("close", label, actual, actual if actual_t is None else actual_t, expected_t, rule)
     if reason is not None:
         raise _fail(label, reason)
+    if expected_t is REFERENCE:
+        return
     if actual_t is None:
         raise _fail(label, f"expected a tensor or number, got a {type(actual).__name__}")
     problem = _not_close(actual_t.detach(), expected_t.detach(), rtol=rtol, atol=atol, check_dtype=check_dtype)
@@ -563,8 +620,8 @@ def _shape(value: Any) -> tuple[int, ...] | None:
     return None
 
 
-def _default_tolerances(expected: torch.Tensor | None) -> tuple[float, float]:
-    dtype = torch.float32 if expected is None else expected.dtype
+def _default_tolerances(values: torch.Tensor | None) -> tuple[float, float]:
+    dtype = torch.float32 if values is None else values.dtype
     table = {
         torch.float16: (1e-3, 1e-5),
         torch.bfloat16: (1.6e-2, 1e-5),
@@ -693,6 +750,10 @@ def check_shares_memory(actual: Any, other: Any, *, label: str, expected: bool =
 PASSED_LINE = "All checks in this cell passed."
 """Printed after a cell whose checks all passed (inside IPython), so a passing test cell says so."""
 
+JUDGED_LINE = "The checks given an expected value passed; the grader judges the others."
+"""Printed instead of :data:`PASSED_LINE` after a cell that ran without failing when some of its checks were given
+no expected value (hidden tests: the kernel cannot know whether those pass)."""
+
 _records_before_cell = 0
 
 
@@ -721,7 +782,8 @@ def _count_records(info: Any) -> None:
 
 
 def _end_cell(result: Any) -> None:
-    """After a cell: its records as one output (see the module docstring), then the passed line if it passed."""
+    """After a cell: its records as one output (see the module docstring), then, if it raised nothing, the passed
+    line (:data:`JUDGED_LINE` if some check was given no expected value)."""
     made = records[_records_before_cell:]
     if not made:
         return
@@ -729,7 +791,7 @@ def _end_cell(result: Any) -> None:
 
     display({"text/plain": "", RECORD_MIME_TYPE: made}, raw=True)
     if result.success:
-        print(PASSED_LINE)
+        print(PASSED_LINE if all("expected" in record for record in made) else JUDGED_LINE)
 
 
 def _install_in_ipython() -> None:
