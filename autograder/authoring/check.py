@@ -31,11 +31,11 @@ from IPython.core.inputtransformer2 import TransformerManager
 
 from ..kernel import checks
 from .build import release_generator
+from .leaks import leaked, secret_lines
 from ..kernel.checks import RECORD_VERSION
 from ..course import (
     CHECKS_MODULE,
     HIDDEN_TEST_MARKERS,
-    MARKERS,
     RAISES_TAG,
     SOLUTION_MARKERS,
     Course,
@@ -49,7 +49,6 @@ from ..course import (
     nbgrader_meta,
     raises_on_purpose,
     read_notebook,
-    regions,
     task_headings,
 )
 from ..pipeline.reference import NBVAL_RAISES, marked, reference_cells
@@ -268,28 +267,18 @@ def release_findings(
 
 
 def leak_findings(source: nbformat.NotebookNode, release: nbformat.NotebookNode) -> list[str]:
-    """Markers, solution lines or hidden-test lines of ``source`` found in ``release``.
+    """Markers, solution lines, hidden-test lines or written answers of ``source`` found in ``release``.
 
-    A line counts as leaked when it is in a solution or hidden-test region
-    of the source and nowhere else in the source (so a line the release is
+    A line counts as leaked when it is secret (:func:`autograder.authoring.leaks.secret_lines`): in a solution or
+    hidden-test region or a written answer of the source and nowhere else in the source (so a line the release is
     meant to show, such as a function's ``def`` line, never counts).
     """
-    secret: dict[str, str] = {}
-    public_lines = set()
-    for cell in source.cells:
-        for region, line in regions(cell.source):
-            if region is None:
-                public_lines.add(line.strip())
-            elif line.strip() and not line.strip().startswith("#"):
-                secret.setdefault(line.strip(), f"{region} code")
+    secret = secret_lines(source)
     findings = []
     for index, (cell, task) in enumerate(zip(release.cells, task_headings(release))):
         for line in cell.source.splitlines():
-            stripped = line.strip()
-            if stripped in MARKERS:
-                findings.append(f"{_place(index, task)} holds the marker {stripped!r}")
-            elif stripped in secret and stripped not in public_lines:
-                findings.append(f"{_place(index, task)} holds {secret[stripped]}: {stripped!r}")
+            if what := leaked(line, secret):
+                findings.append(f"{_place(index, task)} holds {what}")
     return findings
 
 
