@@ -9,8 +9,9 @@ task's heading or made up by JupyterLab, a test cell ending in a bare
 expression, an opening whose task count or points disagree with the grade
 cells, a solution code cell with no autograder-tests cell after it, a solution or
 autograder-tests cell without its BEGIN SOLUTION / BEGIN HIDDEN TESTS markers,
-and a cell that raises on purpose without the ``raises-exception`` tag
-(JupyterLab's Run All, like nbgrader, stops at the first error of an untagged cell).
+a cell that raises on purpose without the ``raises-exception`` tag
+(JupyterLab's Run All, like nbgrader, stops at the first error of an untagged cell), and a bundle for students
+(``python -m autograder release``, built in a throwaway folder) that would be refused.
 
 Findings name a cell as its author finds it: by grade_id where it has one, the task heading it lies under, and
 ``cell N`` counted from 1 at the top of the notebook (:func:`autograder.course.cell_number`). A finding that ``build``
@@ -31,6 +32,7 @@ from IPython.core.inputtransformer2 import TransformerManager
 
 from ..kernel import checks
 from .build import release_generator
+from .bundle import release
 from .leaks import leaked, secret_lines
 from ..kernel.checks import RECORD_VERSION
 from ..course import (
@@ -77,6 +79,7 @@ def check(course: Course, *, assignment_ids: list[str] | None = None) -> list[st
                     findings.append(f"release/{assignment_id}: not compared: {error}")
                     fresh, fix = None, BUILD_REFUSES
                 findings += release_findings(course, assignment_id, source, fresh=fresh, fix=fix)
+            findings += bundle_check(course, assignment_id)
             findings += reference_findings(course, assignment_id, fix=fix)
     return findings
 
@@ -84,6 +87,20 @@ def check(course: Course, *, assignment_ids: list[str] | None = None) -> list[st
 RUN_BUILD = "run `python -m autograder build`"
 BUILD_REFUSES = "build refuses this source until the findings above are fixed"
 """What a stale or missing file's finding says to do, as nbgrader took the source or refused it."""
+
+
+def bundle_check(course: Course, assignment_id: str) -> list[str]:
+    """The findings of the assignment's bundle for students (:func:`autograder.authoring.bundle.bundle_findings`),
+    built as ``python -m autograder release`` builds it, in a throwaway folder (none while release/ lacks the
+    assignment: :func:`release_findings` says so)."""
+    if not course.release_notebook(assignment_id).exists():
+        return []
+    with tempfile.TemporaryDirectory(prefix="bundle-check-") as scratch:
+        try:
+            bundle = release(course, assignment_ids=[assignment_id], output=Path(scratch))[0]
+        except CourseError as error:
+            return [f"bundle {assignment_id}.zip: not built: {error}"]
+    return [f"bundle {assignment_id}.zip: {finding}" for finding in bundle.findings]
 
 
 def _place(index: int, task: TaskHeading | None) -> str:
