@@ -3,7 +3,7 @@
 ``dist/<id>.zip`` holds one folder, ``<id>/``, with the release notebook ``<id>.ipynb`` (from release/, as nbgrader
 generate_assignment made it), ``checks.py`` (the check helpers its test cells import), a short ``README.md`` (what
 the assignment is, install, start, check, submit) and ``requirements.txt`` (the packages a student needs, pinned as
-in the course's requirements.txt: :data:`STUDENT_PACKAGES`). Nothing else: no source notebook, no reference
+in the repository's requirements.txt: :data:`STUDENT_PACKAGES`). Nothing else: no source notebook, no reference
 notebook, no ``autograder`` package. A student checks the work with nbgrader's Validate button or
 ``nbgrader validate <id>.ipynb``, both of which need only those packages.
 
@@ -23,12 +23,12 @@ from pathlib import Path
 
 import nbformat
 
-from ..course import CHECKS_MODULE, Course, CourseError, read_notebook, task_headings, cell_number
+from ..course import CHECKS_MODULE, ROOT, Course, CourseError, cell_number, read_notebook, task_headings
 from .leaks import leaked, secret_lines
 
 STUDENT_PACKAGES = ("torch", "numpy", "matplotlib", "jupyterlab", "ipykernel", "nbgrader")
 """What a student installs: the notebooks' imports (torch, numpy, matplotlib), JupyterLab and its Python kernel,
-and nbgrader for the Validate button and ``nbgrader validate``. Their versions are read from the course's
+and nbgrader for the Validate button and ``nbgrader validate``. Their versions are read from the repository's
 requirements.txt (:func:`student_requirements`); pip resolves what they pull in."""
 
 BUNDLE_FILES = ("{id}.ipynb", "checks.py", "README.md", "requirements.txt")
@@ -52,13 +52,14 @@ def bundle_names(assignment_id: str) -> list[str]:
     return [f"{assignment_id}/{name.format(id=assignment_id)}" for name in BUNDLE_FILES]
 
 
-def student_requirements(course: Course) -> str:
-    """The students' requirements.txt: :data:`STUDENT_PACKAGES` pinned as the course's requirements.txt pins them.
+def student_requirements() -> str:
+    """The students' requirements.txt: :data:`STUDENT_PACKAGES` pinned as the repository's requirements.txt (the
+    environment the course is built and graded in, whatever course directory it grades) pins them.
 
     Raises:
-        CourseError: the course's requirements.txt is missing or does not pin one of them (``name==version``).
+        CourseError: that requirements.txt is missing or does not pin one of them (``name==version``).
     """
-    path = course.root / "requirements.txt"
+    path = ROOT / "requirements.txt"
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
@@ -153,7 +154,7 @@ def _title(notebook: nbformat.NotebookNode) -> str | None:
 
 
 def bundle_contents(course: Course, assignment_id: str) -> dict[str, bytes]:
-    """``{member name: bytes}`` of ``<id>.zip``, in :func:`bundle_names`'s order, from release/ and the course's
+    """``{member name: bytes}`` of ``<id>.zip``, in :func:`bundle_names`'s order, from release/ and the repository's
     requirements.txt.
 
     Raises:
@@ -169,7 +170,7 @@ def bundle_contents(course: Course, assignment_id: str) -> dict[str, bytes]:
         files[0].read_bytes(),
         files[1].read_bytes(),
         student_readme(course, assignment_id).encode(),
-        student_requirements(course).encode(),
+        student_requirements().encode(),
     ]
     return dict(zip(bundle_names(assignment_id), contents))
 
@@ -305,7 +306,7 @@ def write_layout(course: Course, layout: Path, checked: dict[str, dict[str, byte
         for name in bundle_names(assignment_id)[:2]:
             written.append(_write(layout / name, contents[name]))
     written.append(_write(layout / "README.md", layout_readme(course, list(checked)).encode()))
-    written.append(_write(layout / "requirements.txt", student_requirements(course).encode()))
+    written.append(_write(layout / "requirements.txt", student_requirements().encode()))
     return written
 
 
