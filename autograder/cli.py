@@ -152,7 +152,8 @@ def _check(course: Course, args: argparse.Namespace) -> int:
     findings = check(course, assignment_ids=args.assignments or None)
     for finding in findings:
         print(finding)
-    print(f"{len(findings)} finding(s)" if findings else "check passed: release/ and notebooks/ match source/; the students' bundles hold nothing secret")
+    passed = "check passed: release/ and notebooks/ match source/; the students' bundles hold nothing secret"
+    print(f"{len(findings)} finding(s)" if findings else passed)
     return 1 if findings else 0
 
 
@@ -178,7 +179,8 @@ def _release(course: Course, args: argparse.Namespace) -> int:
             print("\n".join(f"  {finding}" for finding in bundle.findings))
     refused = [bundle for bundle in bundles if bundle.path is None]
     if args.layout is not None:
-        print(f"student repository: not written, {len(refused)} bundle(s) refused" if refused else f"student repository written in {args.layout}")
+        written = f"student repository written in {args.layout}"
+        print(f"student repository: not written, {len(refused)} bundle(s) refused" if refused else written)
     return 1 if refused else 0
 
 

@@ -63,7 +63,8 @@ def test_every_real_bundle_passes_and_release_writes_them(tmp_path, cli):
     course_pins = set((ROOT / "requirements.txt").read_text().splitlines())
     assert [pin.split("==")[0] for pin in pins] == list(STUDENT_PACKAGES)
     assert set(pins) <= course_pins  # the course's versions, whatever they are
-    assert "upload `01_tensors.ipynb` as it is, under its own name, to the\nassignment on your course's platform" in readme
+    upload = "upload `01_tensors.ipynb` as it is, under its own name, to the\nassignment on your course's platform"
+    assert upload in readme
     # the same release gives the same bytes
     assert zip_bytes(bundle_contents(COURSE, ASSIGNMENT)) == (tmp_path / "dist" / "01_tensors.zip").read_bytes()
 
@@ -72,7 +73,9 @@ def test_release_refuses_a_bundle_whose_notebook_holds_a_solution_line(course_co
     solution_line = secret_line(course_copy, ASSIGNMENT, "solution code")
     path = course_copy.release_notebook(ASSIGNMENT)
     planted = json.loads(path.read_text())
-    stub = next(c for c in planted["cells"] if c["cell_type"] == "code" and c["metadata"].get("nbgrader", {}).get("solution"))
+    stub = next(
+        c for c in planted["cells"] if c["cell_type"] == "code" and c["metadata"].get("nbgrader", {}).get("solution")
+    )
     stub["source"] = "".join(stub["source"]).replace("raise NotImplementedError()", solution_line)
     path.write_text(json.dumps(planted, indent=1))
 
@@ -80,7 +83,8 @@ def test_release_refuses_a_bundle_whose_notebook_holds_a_solution_line(course_co
     refused = cli("--course", str(course_copy.root), "release", "--output", str(dist), ASSIGNMENT, "02_strides")
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert re.search(
-        rf"01_tensors/01_tensors.ipynb: cell \d+, under '[^']+', line \d+ holds solution code: {re.escape(repr(solution_line))}",
+        r"01_tensors/01_tensors.ipynb: cell \d+, under '[^']+', line \d+ holds solution code: "
+        + re.escape(repr(solution_line)),
         refused.stdout,
     ), refused.stdout
     assert "refused 01_tensors.zip (not written)" in refused.stdout

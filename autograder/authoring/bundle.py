@@ -221,7 +221,8 @@ def bundle_findings(course: Course, assignment_id: str, data: bytes) -> list[str
     secret = secret_lines(read_notebook(course.source_notebook(assignment_id)))
     expected = bundle_names(assignment_id)
     notebook, checks = expected[0], expected[1]
-    findings = [f"{name}: not a file a student receives (only {', '.join(expected)})" for name in contents if name not in expected]
+    allowed = ", ".join(expected)
+    findings = [f"{name}: not a file a student receives (only {allowed})" for name in contents if name not in expected]
     findings += [f"{name}: missing" for name in expected if name not in contents]
     for name in expected:
         if name not in contents:
