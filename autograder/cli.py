@@ -25,6 +25,22 @@ def main(argv: list[str] | None = None) -> int:
         "validate", help="run a notebook's tests as nbgrader will; list the test cells that pass and fail; exit 1 if any fails"
     )
     validate_parser.add_argument("notebook", type=Path, help="the notebook, e.g. release/01_tensors/01_tensors.ipynb")
+    release_parser = commands.add_parser(
+        "release",
+        help="write each assignment's bundle for students, dist/<id>.zip (release notebook, checks.py, README.md, "
+        "requirements.txt), each checked to hold no solution, hidden test or output; exit 1 if one is refused",
+    )
+    release_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
+    release_parser.add_argument(
+        "--output", type=Path, metavar="DIR", help="where the zips go (default: dist/ in the course directory)"
+    )
+    release_parser.add_argument(
+        "--layout",
+        type=Path,
+        metavar="DIR",
+        help="also write a student repository there: <id>/<id>.ipynb, <id>/checks.py, README.md, requirements.txt "
+        "(what an nbgitpuller link pulls); only when every bundle passed",
+    )
     grade_parser = commands.add_parser("grade", help="grade a download of submissions with nbgrader")
     grade_parser.add_argument(
         "submissions",
@@ -162,7 +178,8 @@ def _check(course: Course, args: argparse.Namespace) -> int:
     findings = check(course, assignment_ids=args.assignments or None)
     for finding in findings:
         print(finding)
-    print(f"{len(findings)} finding(s)" if findings else "check passed: release/ and notebooks/ match source/")
+    passed = "check passed: release/ and notebooks/ match source/; the students' bundles hold nothing secret"
+    print(f"{len(findings)} finding(s)" if findings else passed)
     return 1 if findings else 0
 
 
@@ -172,6 +189,25 @@ def _validate(course: Course, args: argparse.Namespace) -> int:
     validation = validate(args.notebook)
     print(validation.report())
     return 0 if validation.ok else 1
+
+
+def _release(course: Course, args: argparse.Namespace) -> int:
+    from .authoring.bundle import release
+
+    bundles = release(
+        course, assignment_ids=args.assignments or None, output=args.output or course.root / "dist", layout=args.layout
+    )
+    for bundle in bundles:
+        if bundle.path is not None:
+            print(f"wrote {bundle.path}")
+        else:
+            print(f"refused {bundle.assignment_id}.zip (not written):")
+            print("\n".join(f"  {finding}" for finding in bundle.findings))
+    refused = [bundle for bundle in bundles if bundle.path is None]
+    if args.layout is not None:
+        written = f"student repository written in {args.layout}"
+        print(f"student repository: not written, {len(refused)} bundle(s) refused" if refused else written)
+    return 1 if refused else 0
 
 
 def _grade(course: Course, args: argparse.Namespace) -> int:
@@ -316,6 +352,7 @@ COMMANDS = {
     "build": _build,
     "check": _check,
     "validate": _validate,
+    "release": _release,
     "grade": _grade,
     "report": _report,
     "export": _export,

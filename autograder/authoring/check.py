@@ -10,8 +10,9 @@ expression, an opening whose task count or points disagree with the grade
 cells, a solution code cell with no autograder-tests cell after it, a solution or
 autograder-tests cell without its BEGIN SOLUTION / BEGIN HIDDEN TESTS markers,
 a hidden test that hands the kernel an expected value (:func:`hidden_oracle_findings`),
-and a cell that raises on purpose without the ``raises-exception`` tag
-(JupyterLab's Run All, like nbgrader, stops at the first error of an untagged cell).
+a cell that raises on purpose without the ``raises-exception`` tag
+(JupyterLab's Run All, like nbgrader, stops at the first error of an untagged cell), and a bundle for students
+(``python -m autograder release``, built in a throwaway folder) that would be refused.
 
 Findings name a cell as its author finds it: by grade_id where it has one, the task heading it lies under, and
 ``cell N`` counted from 1 at the top of the notebook (:func:`autograder.course.cell_number`). A finding that ``build``
@@ -33,11 +34,12 @@ from IPython.core.inputtransformer2 import TransformerManager
 
 from ..kernel import checks
 from .build import release_generator
+from .bundle import release
+from .leaks import leaked, secret_lines
 from ..kernel.checks import RECORD_VERSION
 from ..course import (
     CHECKS_MODULE,
     HIDDEN_TEST_MARKERS,
-    MARKERS,
     RAISES_TAG,
     SOLUTION_MARKERS,
     Course,
@@ -51,7 +53,6 @@ from ..course import (
     nbgrader_meta,
     raises_on_purpose,
     read_notebook,
-    regions,
     task_headings,
 )
 from ..pipeline.reference import NBVAL_RAISES, marked, reference_cells
@@ -80,6 +81,7 @@ def check(course: Course, *, assignment_ids: list[str] | None = None) -> list[st
                     findings.append(f"release/{assignment_id}: not compared: {error}")
                     fresh, fix = None, BUILD_REFUSES
                 findings += release_findings(course, assignment_id, source, fresh=fresh, fix=fix)
+            findings += bundle_check(course, assignment_id)
             findings += reference_findings(course, assignment_id, fix=fix)
     return findings
 
@@ -87,6 +89,20 @@ def check(course: Course, *, assignment_ids: list[str] | None = None) -> list[st
 RUN_BUILD = "run `python -m autograder build`"
 BUILD_REFUSES = "build refuses this source until the findings above are fixed"
 """What a stale or missing file's finding says to do, as nbgrader took the source or refused it."""
+
+
+def bundle_check(course: Course, assignment_id: str) -> list[str]:
+    """The findings of the assignment's bundle for students (:func:`autograder.authoring.bundle.bundle_findings`),
+    built as ``python -m autograder release`` builds it, in a throwaway folder (none while release/ lacks the
+    assignment: :func:`release_findings` says so)."""
+    if not course.release_notebook(assignment_id).exists():
+        return []
+    with tempfile.TemporaryDirectory(prefix="bundle-check-") as scratch:
+        try:
+            bundle = release(course, assignment_ids=[assignment_id], output=Path(scratch))[0]
+        except CourseError as error:
+            return [f"bundle {assignment_id}.zip: not built: {error}"]
+    return [f"bundle {assignment_id}.zip: {finding}" for finding in bundle.findings]
 
 
 def _place(index: int, task: TaskHeading | None) -> str:
@@ -372,28 +388,18 @@ def release_findings(
 
 
 def leak_findings(source: nbformat.NotebookNode, release: nbformat.NotebookNode) -> list[str]:
-    """Markers, solution lines or hidden-test lines of ``source`` found in ``release``.
+    """Markers, solution lines, hidden-test lines or written answers of ``source`` found in ``release``.
 
-    A line counts as leaked when it is in a solution or hidden-test region
-    of the source and nowhere else in the source (so a line the release is
+    A line counts as leaked when it is secret (:func:`autograder.authoring.leaks.secret_lines`): in a solution or
+    hidden-test region or a written answer of the source and nowhere else in the source (so a line the release is
     meant to show, such as a function's ``def`` line, never counts).
     """
-    secret: dict[str, str] = {}
-    public_lines = set()
-    for cell in source.cells:
-        for region, line in regions(cell.source):
-            if region is None:
-                public_lines.add(line.strip())
-            elif line.strip() and not line.strip().startswith("#"):
-                secret.setdefault(line.strip(), f"{region} code")
+    secret = secret_lines(source)
     findings = []
     for index, (cell, task) in enumerate(zip(release.cells, task_headings(release))):
         for line in cell.source.splitlines():
-            stripped = line.strip()
-            if stripped in MARKERS:
-                findings.append(f"{_place(index, task)} holds the marker {stripped!r}")
-            elif stripped in secret and stripped not in public_lines:
-                findings.append(f"{_place(index, task)} holds {secret[stripped]}: {stripped!r}")
+            if what := leaked(line, secret):
+                findings.append(f"{_place(index, task)} holds {what}")
     return findings
 
 

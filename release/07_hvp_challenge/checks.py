@@ -8,7 +8,7 @@ Every check does two things:
    Nothing is ever written to stderr.
 2. It records the value it checked, the value it expected and its rule as a
    cell output, so that the grader can judge again outside the kernel (see
-   ``autograder/verdict.py``: a student's values are judged against the
+   ``autograder/pipeline/verdict.py``: a student's values are judged against the
    expected values and rules recorded by the reference solution's run). Inside IPython the records of a
    cell are published when the cell ends (IPython's ``post_run_cell`` event, which also follows a cell that
    raised) as one ``display_data`` output whose data holds an empty ``text/plain`` (so JupyterLab and
@@ -84,7 +84,7 @@ IPython's display, and record whatever it likes). For a check given no
 expected value that gains nothing: the kernel does not know the value that
 passes. For a check given one (visible tests, ``check_raises``,
 ``check_shares_memory``) it can record the expected value as its own. Doing
-either needs code that ``autograder.structure`` flags for review.
+either needs code that ``autograder.pipeline.structure`` flags for review.
 
 This file is copied next to every assignment notebook (``checks.py``), so it
 depends only on the standard library, NumPy, PyTorch and (optionally) IPython.
