@@ -45,8 +45,8 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # not pass against the reference solution's run gets an error, so it scores 0. SaveAutoGrades is extended
 # (autograder/pipeline/handgrades.py) so that re-grading keeps a hand grade of an unchanged answer final. Both passes'
 # CheckCellMetadata checks nbgrader's schema once, not for every cell, and the exporter writes each notebook
-# without copying it once more (autograder/pipeline/autograde.py). The sanitising steps are nbgrader's defaults otherwise;
-# the batch sanitises with the same list before it executes (autograder/pipeline/batch.py).
+# without copying it once more (autograder/pipeline/autograde.py). The sanitising steps are nbgrader's defaults
+# otherwise; the batch sanitises with the same list before it executes (autograder/pipeline/batch.py).
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
@@ -71,7 +71,8 @@ c.Autograde.exporter_class = "autograder.pipeline.autograde.AutogradedNotebookEx
 # unsafe tags and attributes, outputs keep only the MIME types a page shows safely, image metadata only whole
 # widths and heights) and JavaScript outputs are not emitted (sanitize_html), wherever nbconvert's HTMLExporter
 # renders a notebook with this configuration: feedback pages, and formgrader, which builds its exporter from this
-# config. Feedback pages also sanitise rendered markdown and carry a Content-Security-Policy (autograder/results/feedback.py).
+# config. Feedback pages also sanitise rendered markdown and carry a Content-Security-Policy
+# (autograder/results/feedback.py).
 c.HTMLExporter.preprocessors = ["autograder.results.safehtml.SafeNotebook"]
 c.HTMLExporter.sanitize_html = True
 

@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     export_parser.add_argument("--lms", required=True, choices=PLATFORMS, help="the platform the file is for")
     export_parser.add_argument("assignment", metavar="ASSIGNMENT", help="the assignment id, e.g. 01_tensors")
     export_parser.add_argument(
-        "--output", type=Path, help="where to write it (default: lms_<platform>_<assignment>.csv in the course directory)"
+        "--output",
+        type=Path,
+        help="where to write it (default: lms_<platform>_<assignment>.csv in the course directory)",
     )
     export_parser.add_argument(
         "--title", help="the assignment's name on the platform (default: the assignment id)"
@@ -98,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         "--feedback-zip",
         type=Path,
         metavar="FILE",
-        help="Moodle only: also write each student's feedback page in a zip for 'Upload multiple feedback files in a zip'",
+        help=(
+            "Moodle only: also write each student's feedback page in a zip for "
+            "'Upload multiple feedback files in a zip'"
+        ),
     )
     demo_parser = commands.add_parser("demo", help="grade the bundled sample submissions in a scratch course directory")
     demo_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")

@@ -1,4 +1,5 @@
-"""nbgrader autograde's steps without their repeated work (autograder/pipeline/autograde.py): the same results as nbgrader's.
+"""nbgrader autograde's steps without their repeated work (autograder/pipeline/autograde.py): the same results as
+nbgrader's.
 
 The course's seven reference notebooks (nbgrader metadata in every graded cell, outputs of a real run) are the
 valid inputs; the invalid ones are each kind of metadata nbgrader's checks reject.

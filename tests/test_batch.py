@@ -177,8 +177,8 @@ def test_a_reference_asked_for_before_the_batch_executes_runs_then_and_is_stored
 
 
 def test_one_job_more_is_allowed_after_three_looks_with_half_a_cpu_idle_up_to_the_most(monkeypatch):
-    """psutil's per-CPU busy percentages, as :class:`autograder.pipeline.batch.Occupancy` looks at them once a second; asked
-    again sooner (a job just finished), it keeps the number and takes no look."""
+    """psutil's per-CPU busy percentages, as :class:`autograder.pipeline.batch.Occupancy` looks at them once a second;
+    asked again sooner (a job just finished), it keeps the number and takes no look."""
     looks = iter([[0, 0], *[[100, 20]] * 3, [100, 60], [100, 100], *[[60, 60]] * 3, *[[0, 0]] * 5])
     monkeypatch.setattr(batch.psutil, "cpu_percent", lambda percpu: next(looks))
     now = [0.0]

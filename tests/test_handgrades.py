@@ -1,4 +1,5 @@
-"""A grade given by hand stays final through re-grading while its answer is unchanged (autograder/pipeline/handgrades.py).
+"""A grade given by hand stays final through re-grading while its answer is unchanged
+(autograder/pipeline/handgrades.py).
 
 nbgrader's own SaveAutoGrades flags every hand-graded cell as needing a manual grade again on each autograde;
 tests/test_grading.py shows the fix through a real re-run of ``grade``; here each case of the rule, on a real

@@ -30,7 +30,8 @@ def test_there_are_hostile_fixtures():
 @pytest.fixture(scope="module")
 def executed_plainly(tmp_path_factory) -> Iterator[dict[str, Future]]:
     """Every hostile sample executed in a plain kernel (no sandbox, no verdict) in a folder of its own with
-    checks.py, as many at a time as the grader runs (:func:`autograder.pipeline.batch.default_workers`): ``{id: future}``."""
+    checks.py, as many at a time as the grader runs (:func:`autograder.pipeline.batch.default_workers`):
+    ``{id: future}``."""
     pool = ProcessPoolExecutor(default_workers(), mp_context=multiprocessing.get_context("spawn"))
     futures = {}
     for sample in HOSTILE:

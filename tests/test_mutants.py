@@ -1,5 +1,6 @@
-"""Mutation testing of the reference solutions (autograder/authoring/mutants.py): the mutator's operators, the reviewed list of
-equivalent mutants, and one assignment's table run for real (01_tensors: every mutant killed or listed)."""
+"""Mutation testing of the reference solutions (autograder/authoring/mutants.py): the mutator's operators, the
+reviewed list of equivalent mutants, and one assignment's table run for real (01_tensors: every mutant killed or
+listed)."""
 
 from __future__ import annotations
 

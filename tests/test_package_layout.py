@@ -143,7 +143,8 @@ def inits_with_code(folder: Path, package: str) -> list[str]:
         if path.name != "__init__.py" or name == package:
             continue
         body = ast.parse(path.read_text(encoding="utf-8")).body
-        docstring = body[:1] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else []
+        has_docstring = body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+        docstring = body[:1] if has_docstring else []
         if body[len(docstring) :] or (docstring and not isinstance(docstring[0].value.value, str)):
             found.append(name)
     return sorted(found)

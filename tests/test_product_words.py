@@ -104,7 +104,9 @@ def tracked_text(path: Path) -> str | None:
         return None
     if path.suffix == ".ipynb":
         cells = json.loads(text)["cells"]
-        return "\n".join("".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"] for cell in cells)
+        return "\n".join(
+            "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"] for cell in cells
+        )
     return text
 
 

@@ -5,9 +5,9 @@ on one pytest-xdist worker): each gets its expected grade, in grades.csv, task_r
 The hostile samples of 01_tensors, read back from its gradebook as ``report`` reads them: self-scorers earn exactly
 what the verdict gives, malformed files are each one student's invalid notebook, leaks of the hidden tests reach no
 feedback page, students' markup reaches it only as text, output floods keep within the output limits and the
-grader's processes within the memory bound docs/security.md states, and an execution whose kernel breached its isolation is
-not stored for reuse. The malformed files, which are no samples, are graded in a batch of their own beside the
-reference.
+grader's processes within the memory bound docs/security.md states, and an execution whose kernel breached its
+isolation is not stored for reuse. The malformed files, which are no samples, are graded in a batch of their own
+beside the reference.
 
 The stored executions (``executed/``, the kernel's outputs before the verdict) show that each trick works
 on stock nbgrader: scored by ``determine_grade`` as they came from the kernel, they earn points they must not.
@@ -173,8 +173,8 @@ def test_an_output_flood_loses_its_cells_and_stays_within_the_output_limits(grad
 
 
 def test_the_graders_own_memory_stays_under_its_bound_whatever_the_kernels_send(every_sample_graded):
-    """docs/security.md, "Limits that bind": each process of the grader stays under GRADER_MEMORY_BOUND; measured (VmHWM of every
-    grading process, polled) over the whole run, output floods included."""
+    """docs/security.md, "Limits that bind": each process of the grader stays under GRADER_MEMORY_BOUND; measured
+    (VmHWM of every grading process, polled) over the whole run, output floods included."""
     assert FLOODS
     command, peak = every_sample_graded.memory.largest
     print(f"largest peak of a grading process: {peak / 2**20:.0f} MiB ({command})")

@@ -254,8 +254,15 @@ def test_check_dtype_false_lets_python_and_numpy_real_numbers_stand_for_each_oth
 def test_the_grader_reads_the_record_type_of_checks_py_without_importing_torch():
     """The command, the batch's workers and the nbgrader sessions (the course's preprocessors) know checks.py's
     record MIME type, and none of them imports torch for it (about 1.5 s of CPU a process)."""
-    modules = "autograder.cli, autograder.grading.grade, autograder.grading.session, autograder.pipeline.batch, autograder.harness.demo, nbgrader.apps"
-    preprocessors = "autograder.pipeline.execute, autograder.pipeline.verdict, autograder.results.feedback, autograder.pipeline.feedbackstore, autograder.pipeline.handgrades"
-    code = f"import sys, {modules}, {preprocessors}; print(autograder.pipeline.verdict.RECORD_MIME_TYPE, 'torch' in sys.modules)"
+    modules = (
+        "autograder.cli, autograder.grading.grade, autograder.grading.session, autograder.pipeline.batch, "
+        "autograder.harness.demo, nbgrader.apps"
+    )
+    preprocessors = (
+        "autograder.pipeline.execute, autograder.pipeline.verdict, autograder.results.feedback, "
+        "autograder.pipeline.feedbackstore, autograder.pipeline.handgrades"
+    )
+    shown_names = "print(autograder.pipeline.verdict.RECORD_MIME_TYPE, 'torch' in sys.modules)"
+    code = f"import sys, {modules}, {preprocessors}; {shown_names}"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert shown.split() == [checks.RECORD_MIME_TYPE, "False"]

@@ -86,9 +86,9 @@ def release_generator(course: Course) -> Iterator[Callable[[str, Path], Path]]:
     generate_assignment and returns it (:func:`autograder.pipeline.releases.generate_release`; raises CourseError where
     nbgrader refuses, its log quoted).
 
-    Every request goes to one nbgrader process (:class:`autograder.pipeline.nbgrader_process.Session`: nbgrader starts once, not once
-    per assignment) and is recorded in one throwaway gradebook, so nbgrader creates a gradebook (runs ``alembic``)
-    once; it keeps the assignments apart there. The course's gradebook is not touched.
+    Every request goes to one nbgrader process (:class:`autograder.pipeline.nbgrader_process.Session`: nbgrader
+    starts once, not once per assignment) and is recorded in one throwaway gradebook, so nbgrader creates a gradebook
+    (runs ``alembic``) once; it keeps the assignments apart there. The course's gradebook is not touched.
     """
     with Session(course) as nbgrader, tempfile.TemporaryDirectory(prefix="nbgrader-db-") as scratch:
         db_url = f"sqlite:///{Path(scratch) / 'gradebook.db'}"

@@ -174,8 +174,9 @@ def hidden_oracle_findings(source: str) -> list[tuple[int, str]]:
     ``### BEGIN HIDDEN TESTS``; lines counted from 1) hand the kernel what a check expects: a call of one of
     :data:`EXPECTING_CHECKS` given an expected value (a second positional argument, ``expected=``, or
     arguments unpacked with ``*`` or ``**``), and a name assigned, defined or imported there and never read there
-    (a leftover expected value, or the function that computed it). A student's code runs in the same kernel first and can replace the checks, so a hidden
-    check must leave its expected value to the reference solution's run (see ``autograder/kernel/checks.py``)."""
+    (a leftover expected value, or the function that computed it). A student's code runs in the same kernel first
+    and can replace the checks, so a hidden check must leave its expected value to the reference solution's run
+    (see ``autograder/kernel/checks.py``)."""
     lines = source.splitlines()
     begin = next((n for n, line in enumerate(lines, 1) if line.strip() == HIDDEN_TEST_MARKERS[0]), None)
     if begin is None:

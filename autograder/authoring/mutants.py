@@ -537,7 +537,8 @@ def _run_assignment(
             "MPLBACKEND": "Agg",
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         }
-        command = [sys.executable, "-c", f"from autograder.authoring.mutants import worker; worker({str(plan)!r}, {str(answers)!r})"]
+        code = f"from autograder.authoring.mutants import worker; worker({str(plan)!r}, {str(answers)!r})"
+        command = [sys.executable, "-c", code]
         process = subprocess.run(command, cwd=scratch, env=environment, capture_output=True, text=True, check=False)
         if process.returncode != 0:
             raise CourseError(f"mutants of {assignment_id}: the harness failed:\n{process.stdout}{process.stderr}")

@@ -39,7 +39,8 @@ from ..pipeline.nbgrader_process import Session, export_grades
 from .session import PER_SUBMISSION_ERROR
 
 GRADES_CSV = "grades.csv"
-"""nbgrader's export of the whole gradebook, in the course directory (:class:`autograder.results.report.QuotedCsvExport`)."""
+"""nbgrader's export of the whole gradebook, in the course directory
+(:class:`autograder.results.report.QuotedCsvExport`)."""
 
 NOT_ISOLATED = "graded without isolation (--no-sandbox)"
 """The note every result of a run without the sandbox carries."""

@@ -40,8 +40,8 @@ class Passes:
 
     Entering starts the nbgrader processes (one :class:`Session` that autogrades and, with ``feedback``,
     :func:`feedback_processes` more that generate feedback: feedback only reads the gradebook) and the batch's
-    workers (:class:`autograder.pipeline.batch.Batch`), so that their start-up, and the reference runs of the assignments
-    :meth:`release` is asked for, overlap whatever the run does before :meth:`run`; leaving ends them.
+    workers (:class:`autograder.pipeline.batch.Batch`), so that their start-up, and the reference runs of the
+    assignments :meth:`release` is asked for, overlap whatever the run does before :meth:`run`; leaving ends them.
     ``isolated``, ``workers``, ``no_cache``: see :func:`autograder.pipeline.batch.execute` (with ``no_cache``, feedback
     pages are generated again too).
     """
@@ -68,8 +68,8 @@ class Passes:
 
     def release(self, assignment_id: str) -> nbformat.NotebookNode:
         """The assignment's grade cells recorded in the gradebook and its release notebook
-        (:func:`autograder.pipeline.releases.update_gradebook`, by the autograding session), its reference run started in
-        the batch (:meth:`autograder.pipeline.batch.Batch.reference`); only while entered.
+        (:func:`autograder.pipeline.releases.update_gradebook`, by the autograding session), its reference run started
+        in the batch (:meth:`autograder.pipeline.batch.Batch.reference`); only while entered.
 
         Raises:
             CourseError: nbgrader refused (its log is quoted).
@@ -90,8 +90,8 @@ class Passes:
         progress: Callable[[str], None] = lambda line: None,
         export_to: Path | None = None,
     ) -> PassesRun:
-        """Execute the placed ``submissions`` (:meth:`autograder.pipeline.batch.Batch.execute`) and autograde each as soon
-        as its notebooks are executed, while the rest execute; generate its feedback right after (with
+        """Execute the placed ``submissions`` (:meth:`autograder.pipeline.batch.Batch.execute`) and autograde each as
+        soon as its notebooks are executed, while the rest execute; generate its feedback right after (with
         ``feedback``; pages an earlier run made from the same inputs are kept, unless ``no_cache``); then, with
         ``export_to``, export the grades there. Returns once all of it is done.
 

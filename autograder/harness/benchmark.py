@@ -146,9 +146,10 @@ def benchmark(
 
 
 def store_references(course: Course, assignment_ids: list[str], *, isolated: bool, workers: int | None) -> None:
-    """Execute the assignments' reference solutions, ``workers`` at a time (:func:`autograder.pipeline.batch.default_workers`
-    by default), and store their check records where the batch looks for them
-    (:func:`autograder.pipeline.verdict.stored_reference`), in the sandbox unless ``isolated`` is False, as the batch does."""
+    """Execute the assignments' reference solutions, ``workers`` at a time
+    (:func:`autograder.pipeline.batch.default_workers` by default), and store their check records where the batch
+    looks for them (:func:`autograder.pipeline.verdict.stored_reference`), in the sandbox unless ``isolated`` is
+    False, as the batch does."""
     context = multiprocessing.get_context("spawn")  # as the batch's workers: nothing of this process inherited
     count = workers or batch.default_workers()
     initial = {"initializer": batch.start_worker, "initargs": (os.getpid(),)}

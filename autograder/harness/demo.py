@@ -69,7 +69,8 @@ def demo(
 
 
 def representative(course: Course, assignment_id: str) -> list[Sample]:
-    """The samples the default demo grades for one assignment (a subset of :func:`autograder.authoring.samples.samples`).
+    """The samples the default demo grades for one assignment (a subset of
+    :func:`autograder.authoring.samples.samples`).
 
     The reference, the unchanged release, for each graded test cell the first wrong answer that loses it
     (unless one already chosen does), the first valid alternative, and every sample of ``tests/hostile/``

@@ -467,8 +467,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         return [sys.executable, "-I", "-S", FORK_SERVER, "kernel", self._server.socket, json.dumps(request)], kw
 
     def _ipc_limits(self) -> dict[str, int]:
-        """The System V limits of the kernel's IPC namespace, as :func:`autograder.kernel.forkserver._bound_ipc` takes them
-        (as root; empty without root, where they are the machine root's)."""
+        """The System V limits of the kernel's IPC namespace, as :func:`autograder.kernel.forkserver._bound_ipc` takes
+        them (as root; empty without root, where they are the machine root's)."""
         if os.geteuid() != 0:
             return {}
         return {

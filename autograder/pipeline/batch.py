@@ -142,8 +142,9 @@ class Batch:
         self._stack.__exit__(kind, error, traceback)
 
     def reference(self, assignment_id: str) -> None:
-        """Start executing the assignment's reference solution for its check records (:mod:`autograder.pipeline.verdict`)
-        unless they are stored (with ``no_cache`` they are discarded first) or it has started. Returns at once."""
+        """Start executing the assignment's reference solution for its check records
+        (:mod:`autograder.pipeline.verdict`) unless they are stored (with ``no_cache`` they are discarded first) or it
+        has started. Returns at once."""
         if assignment_id in self._references:
             return
         stored = verdict.stored_reference(self.course, assignment_id)

@@ -192,8 +192,8 @@ class Execute(NbgraderExecute):
         return {**{name: getattr(self, name) for name in names}, "isolated": isolated}
 
     def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
-        """Execute ``nb``; in nbgrader autograde, take the outputs stored by :mod:`autograder.pipeline.batch` if its key is
-        found (cells' outputs and execution counts, the kernel's language_info)."""
+        """Execute ``nb``; in nbgrader autograde, take the outputs stored by :mod:`autograder.pipeline.batch` if its key
+        is found (cells' outputs and execution counts, the kernel's language_info)."""
         stored = self._stored(nb, resources)
         if stored is None:
             return super().preprocess(nb, resources)
@@ -206,7 +206,8 @@ class Execute(NbgraderExecute):
         return nb, resources
 
     def _stored(self, nb: NotebookNode, resources: dict) -> NotebookNode | None:
-        """The notebook :mod:`autograder.pipeline.batch` executed for exactly this one (None: none, or not in nbgrader)."""
+        """The notebook :mod:`autograder.pipeline.batch` executed for exactly this one (None: none, or not in
+        nbgrader)."""
         root = self.config.get("CourseDirectory", {}).get("root")
         if "nbgrader" not in resources or not root:
             return None

@@ -37,7 +37,8 @@ def feedback_key(course: Course, assignment_id: str, student_id: str) -> str | N
       a cell the student added a fresh id each run, and a page shows ids only as anchors (``cell-id=...``);
     - what nbgrader's ``GetGrades`` reads from the gradebook for each notebook: its score, maximum and late
       penalty, each grade cell's score and points, each answer's comment (a hand grade or comment changes it);
-    - the reference's stored check records (:class:`autograder.results.feedback.HideHiddenTests` hides their expected values);
+    - the reference's stored check records (:class:`autograder.results.feedback.HideHiddenTests` hides their expected
+      values);
     - :func:`_renderer_key`: the configuration, this package's code, nbconvert's templates and the installed
       packages (nbgrader, nbconvert and what they render with).
     """

@@ -2,9 +2,10 @@
 
 ``nbgrader generate_assignment`` records an assignment's grade cells in the gradebook (what autograde grades
 against) and makes the release notebook submissions are normalised to. It costs 2 to 6 s as a command and about
-1.5 s of CPU as a request to a running nbgrader (:mod:`autograder.pipeline.nbgrader_process`). :func:`update_gradebook` keeps what
-it generated in :data:`RELEASES`, named by :func:`source_key` (what generate_assignment reads), with
-:func:`recorded_cells` (what it then recorded in the gradebook), and generates again only when either changed.
+1.5 s of CPU as a request to a running nbgrader (:mod:`autograder.pipeline.nbgrader_process`).
+:func:`update_gradebook` keeps what it generated in :data:`RELEASES`, named by :func:`source_key` (what
+generate_assignment reads), with :func:`recorded_cells` (what it then recorded in the gradebook), and generates again
+only when either changed.
 :func:`generate_release` (command or request) is also how stages ``build`` and ``check`` generate release/.
 """
 

@@ -151,9 +151,9 @@ SUMMARY_COLUMNS = [
 
 
 def write_class_report(course: Course, report: ClassReport) -> list[Path]:
-    """Write ``class_results.csv``, ``task_results_all.csv`` (:func:`autograder.results.report.write_task_results`) and per
-    assignment ``scores_<id>.png`` and ``pass_rates_<id>.png`` into the course directory; the paths are also kept in
-    ``report.files``. No CSV cell is a formula to a spreadsheet (:func:`autograder.spreadsheet.cell`)."""
+    """Write ``class_results.csv``, ``task_results_all.csv`` (:func:`autograder.results.report.write_task_results`)
+    and per assignment ``scores_<id>.png`` and ``pass_rates_<id>.png`` into the course directory; the paths are also
+    kept in ``report.files``. No CSV cell is a formula to a spreadsheet (:func:`autograder.spreadsheet.cell`)."""
     merged = write_task_results(report.results, course.root / "task_results_all.csv")
     summary = course.root / "class_results.csv"
     with summary.open("w", newline="") as handle:

@@ -381,7 +381,8 @@ class FeedbackExporter(HTMLExporter):
     @jinja2.pass_context
     def markdown2html(self, context: jinja2.runtime.Context, source: str) -> str:
         """``HTMLExporter.markdown2html`` of nbconvert 7.17 (attachments as ``data:`` images) with math drawn as
-        images (:class:`autograder.results.safehtml.MathImages`), its HTML sanitised by :func:`autograder.results.safehtml.clean`."""
+        images (:class:`autograder.results.safehtml.MathImages`), its HTML sanitised by
+        :func:`autograder.results.safehtml.clean`."""
         renderer = MathImages(
             escape=False,
             attachments=context.get("cell", {}).get("attachments", {}),
