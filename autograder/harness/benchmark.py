@@ -13,17 +13,20 @@ placed submissions (set up untimed). Timed:
 
 - **stock**: ``nbgrader autograde "*"`` with nbgrader's own autograde
   preprocessors and ``Execute`` (kernels as plain processes, graceful
-  shutdown), one notebook at a time;
+  shutdown), one notebook at a time, and the course's verdict step
+  (:class:`autograder.pipeline.verdict.CompareRecords`) right after ``Execute``:
+  the course's hidden tests hand the kernel no expected value, so nbgrader alone
+  cannot judge them; the verdict reads the same stored reference records as ours;
 - **ours**: what ``grade`` does for the same result
   (:class:`autograder.grading.session.Passes` without feedback): the
   batch (:mod:`autograder.pipeline.batch`, kernels in the sandbox unless ``isolated``
   is False), each submission autograded, as soon as it is executed, by one
   nbgrader process with the course's preprocessors;
-- **the references**, timed on their own just before ours: each assignment's
+- **the references**, timed on their own before both: each assignment's
   reference solution executed for its check records, as the batch does the
   first time it grades a version of source/ and ``checks.py`` (it stores them,
   :func:`autograder.pipeline.verdict.stored_reference`, and every later run reuses
-  them). The report gives ours with and without them.
+  them); both sides then read them. The report gives the ratio with and without them.
 
 Then every grade cell's score in the two gradebooks is compared.
 """
@@ -56,9 +59,12 @@ from ..authoring.samples import Sample, samples, write_download
 
 def stock_config() -> str:
     """Appended to the stock side's nbgrader_config.py: nbgrader's own default autograde preprocessors (read
-    from nbgrader itself) and ``Execute``'s default graceful kernel shutdown."""
+    from nbgrader itself), the course's verdict right after ``Execute`` (without it no hidden check is judged),
+    and ``Execute``'s default graceful kernel shutdown."""
     defaults = Autograde.class_traits()["autograde_preprocessors"].default()
     names = [f"{preprocessor.__module__}.{preprocessor.__name__}" for preprocessor in defaults]
+    after = next(n for n, preprocessor in enumerate(defaults) if preprocessor.__name__ == "Execute") + 1
+    names.insert(after, f"{verdict.CompareRecords.__module__}.{verdict.CompareRecords.__name__}")
     return f"\n# benchmark: stock nbgrader autograde\nc.Autograde.autograde_preprocessors = {names!r}\n" + (
         'c.Execute.shutdown_kernel = "graceful"\n'
     )
@@ -82,8 +88,8 @@ class BenchmarkResult:
 
     @property
     def first_run_ratio(self) -> float:
-        """Stock's time over ours with the reference runs (a course version's first run)."""
-        return self.stock_seconds / (self.ours_seconds + self.reference_seconds)
+        """Stock's time over ours, each with the reference runs both need (a course version's first run)."""
+        return (self.stock_seconds + self.reference_seconds) / (self.ours_seconds + self.reference_seconds)
 
     def report(self) -> str:
         per = self.notebooks or 1
@@ -121,16 +127,20 @@ def benchmark(
         download = write_download(generated_batch(course, students, chosen), Path(scratch) / "download")
         stock, _ = _placed(course, Path(scratch) / "stock", download, chosen, extra_config=stock_config())
         ours, submissions = _placed(course, Path(scratch) / "ours", download, chosen)
+        progress(f"the {len(chosen)} reference solutions executed for their check records")
+        started = time.monotonic()
+        store_references(ours, chosen, isolated=isolated, workers=workers)
+        reference_seconds = time.monotonic() - started
+        for assignment_id in chosen:  # the same records for the stock side's verdict
+            stored = verdict.stored_reference(stock, assignment_id)
+            stored.parent.mkdir(parents=True, exist_ok=True)
+            stored.write_bytes(verdict.stored_reference(ours, assignment_id).read_bytes())
         progress(f"stock nbgrader autograde of {students} students x {len(chosen)} notebooks")
         started = time.monotonic()
         process = run_nbgrader(stock, "autograde", "*")
         if process.returncode != 0:
             raise nbgrader_failure(process, "stock nbgrader autograde")
         stock_seconds = time.monotonic() - started
-        progress(f"ours: the {len(chosen)} reference solutions executed for their check records")
-        started = time.monotonic()
-        store_references(ours, chosen, isolated=isolated, workers=workers)
-        reference_seconds = time.monotonic() - started
         progress("ours: the batch, each submission autograded by one nbgrader process as soon as it is executed")
         started = time.monotonic()
         with session.Passes(ours, isolated=isolated, workers=workers, feedback=False) as nbgrader:
