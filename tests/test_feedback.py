@@ -223,3 +223,24 @@ def test_a_page_with_nothing_to_make_accessible_skips_the_last_pass_and_reads_as
     page.cells[1].outputs.append(picture)
     ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(page)
     assert ours == stock("classic", page) and 'alt="No description has been provided for this image"' in ours
+
+
+def test_the_summary_names_each_grade_cell_by_its_task():
+    """nbgrader's template lists every test cell as "Test cell"; the page names it by its task's heading."""
+    from test_safehtml import page_of
+
+    graded = {"score": 1.0, "points": 2, "locked": True, "schema_version": 3}
+    tests = {"nbgrader": {**graded, "grade": True, "solution": False, "grade_id": "task_1_1_tests"}}
+    written = {"nbgrader": {**graded, "grade": True, "solution": True, "grade_id": "written_why"}}
+    page = page_of(
+        nbformat.v4.new_markdown_cell("### Task 1.1 - <first> & last"),
+        nbformat.v4.new_code_cell("check_equal(f(1), 2, label='f(1)')", metadata=tests),
+        nbformat.v4.new_markdown_cell("## 7. Knowledge check"),
+        nbformat.v4.new_markdown_cell("Because.", metadata=written),
+    )
+    summary = BeautifulSoup(page, features="html.parser").find(id="toc")
+    entries = [" ".join(item.get_text().split()) for item in summary.find_all("li")]
+    assert entries == [
+        "Task 1.1 - <first> & last (Score: 1.0 / 2.0)",
+        "7. Knowledge check: written_why (written response) (Score: 1.0 / 2.0)",
+    ]

@@ -45,8 +45,8 @@ spread over the outputs of several cells are not recognised.
 Pages are rendered by :class:`FeedbackExporter` (nbconvert's ``HTMLExporter``, its compiled templates kept for
 the next page), which runs nothing a student wrote and fetches nothing (:mod:`autograder.results.safehtml`: markdown
 sanitised after it is rendered, a Content-Security-Policy with no script and no request, math drawn as images
-instead of by MathJax), and a re-run keeps the pages of an earlier one made from the same inputs
-(:mod:`autograder.pipeline.feedbackstore`).
+instead of by MathJax), its summary names each grade cell by its task, and a re-run keeps the pages of an earlier
+one made from the same inputs (:mod:`autograder.pipeline.feedbackstore`).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import default
 
-from ..course import HIDDEN_TEST_MARKERS, grade_id, is_autograder_tests
+from ..course import HIDDEN_TEST_MARKERS, cell_labels, grade_id, is_autograder_tests
 from .safehtml import MathImages, clean, with_policy
 from ..pipeline.verdict import HIDDEN_FAILED, MISMATCH, RECORD_MIME_TYPE, reference_of
 
@@ -352,6 +352,31 @@ NO_MATHJAX = jinja2.DictLoader({"mathjax.html.j2": "{%- macro mathjax(url=None) 
 by a macro that writes nothing: a page loads no script (:data:`autograder.results.safehtml.CONTENT_SECURITY_POLICY`)."""
 
 
+SUMMARY = re.compile(r'<div id="toc">.*?</div>', re.DOTALL)
+"""The summary nbgrader's feedback template writes at the top of a page (its first ``toc``: what students write
+comes after it)."""
+SUMMARY_ENTRY = re.compile(r'(<li><a href="#([^"]+)">)(Test cell|Written response|Coding free-response|Task)</a>')
+"""An entry of the summary: a link to a grade cell, named by its kind alone (``Test cell``)."""
+
+
+def named_summary(page: str, labels: dict[str, str]) -> str:
+    """``page`` with each entry of its summary (:data:`SUMMARY`) named by its grade cell's label in ``labels``
+    (grade_id -> label, :func:`autograder.course.cell_labels`: ``Task 2.3 - contiguous strides``), a kind other
+    than a test cell's kept after it (``(written response)``); an entry of a grade_id without a label is kept."""
+
+    def named(entry: re.Match[str]) -> str:
+        label = labels.get(entry.group(2))
+        if label is None:
+            return entry.group(0)
+        kind = "" if entry.group(3) == "Test cell" else f" ({entry.group(3).lower()})"
+        return f"{entry.group(1)}{html.escape(label)}</a>{kind}"
+
+    summary = SUMMARY.search(page)
+    if summary is None:
+        return page
+    return page[: summary.start()] + SUMMARY_ENTRY.sub(named, summary.group(0)) + page[summary.end() :]
+
+
 class FeedbackExporter(HTMLExporter):
     """nbconvert's ``HTMLExporter`` for ``nbgrader generate_feedback`` (``GenerateFeedback.exporter_class`` in
     nbgrader_config.py), for less CPU a page and the same page as a browser reads it:
@@ -403,7 +428,8 @@ class FeedbackExporter(HTMLExporter):
     ) -> tuple[str, dict[str, Any]]:
         """``HTMLExporter.from_notebook_node`` of nbconvert 7.17 with its last pass run only where it has work
         (the rest of the method as nbconvert writes it: the filters it registers, then the template), the
-        notebook's name escaped and the page's policy added (:func:`autograder.results.safehtml.with_policy`)."""
+        notebook's name escaped, the summary's entries named by task (:func:`named_summary`, with the labels of
+        the notebook's own headings) and the page's policy added (:func:`autograder.results.safehtml.with_policy`)."""
         language = nb.metadata.get("language_info", {})
         lexer = language.get("pygments_lexer", language.get("name", None))
         highlight_code = self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self))
@@ -417,6 +443,7 @@ class FeedbackExporter(HTMLExporter):
         page, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
         if nbgrader is not None:
             resources["nbgrader"] = nbgrader
+            page = named_summary(page, cell_labels(nb))
         if ACCESSIBILITY_TARGETS.search(page):
             page = self._accessible(page)
         return with_policy(page), resources
