@@ -150,7 +150,7 @@ def test_clean_escapes_unknown_markup_and_keeps_markdowns():
 
 def test_code_in_markdown_shows_its_text_escaped_once_on_a_page_and_in_formgrader():
     """bleach escaped the markdown source and markdown escaped code again: `x > 8` showed as ``x &gt; 8``."""
-    source = "`x > 8` and `a && b`, 3 < 4\n\n```python\nif a < b:\n    pass\n```"
+    source = "**Check** `x > 8` and *then* `a && b`, 3 < 4\n\n```python\nif a < b:\n    pass\n```"
     page = rendered(body_of(nbformat.v4.new_markdown_cell(source)))
     assert "<code>x &gt; 8</code>" in page and "<code>a &amp;&amp; b</code>" in page and "3 &lt; 4" in page
     assert "&amp;gt;" not in page and "&amp;lt;" not in page and "&amp;amp;" not in page

@@ -214,7 +214,7 @@ ESCAPING_TOKENS = frozenset(
         *("blank_line", "block_code", "block_math", "block_quote", "block_text", "codespan", "heading", "image"),
         *("inline_math", "latex_environment", "linebreak", "link", "list", "list_item", "paragraph", "softbreak"),
         *("strikethrough", "table", "table_body", "table_cell", "table_head", "table_row", "task_list_item", "text"),
-        *("thematic_break", "def_list", "def_list_head", "def_list_item"),
+        *("thematic_break", "def_list", "def_list_head", "def_list_item", "emphasis", "strong"),
     }
 )
 """The markdown tokens (mistune's, as nbconvert parses markdown) whose text nbconvert's renderer escapes; raw HTML
