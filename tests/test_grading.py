@@ -124,6 +124,8 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
     assert statuses["dee"]["knowledge_check_q1"] == "failed"
     assert {row["submission_status"] for row in task_rows(course_copy, "cy")} == {"repaired"}
     assert (course_copy.root / "feedback" / "ada" / assignment_id / f"{assignment_id}.html").exists()
+    bea_page = (course_copy.root / "feedback" / "bea" / assignment_id / f"{assignment_id}.html").read_text()
+    assert "Your submitted file could not be read." in bea_page and "the file is not valid JSON" in bea_page
     # dee's wrong quiz answer fails a hidden test: the feedback names it, without the answer key or test code.
     page = html.unescape((course_copy.root / "feedback" / "dee" / assignment_id / f"{assignment_id}.html").read_text())
     assert "A hidden test failed: answer_q1" in page

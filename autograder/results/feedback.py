@@ -72,6 +72,7 @@ from traitlets import default
 
 from ..course import HIDDEN_TEST_MARKERS, cell_labels, grade_id, is_autograder_tests
 from .safehtml import MathImages, clean, with_policy
+from ..pipeline.structure import UNREADABLE
 from ..pipeline.verdict import HIDDEN_FAILED, MISMATCH, RECORD_MIME_TYPE, reference_of
 
 STDERR_NOTE = (
@@ -251,6 +252,33 @@ class HideHiddenTests(NbGraderPreprocessor):
         if only_stderr:
             cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=STDERR_NOTE))
         return cell, resources
+
+
+class UnreadableNote(NbGraderPreprocessor):
+    """nbgrader preprocessor for generate_feedback: the page of a submission whose file could not be read (graded as
+    the blank release, :func:`autograder.pipeline.structure.unreadable`) begins with a note saying so, and why."""
+
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        section, key = UNREADABLE
+        problem = nb.metadata.get(section, {}).get(key)
+        if problem:
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell(unreadable_note(problem), id="unreadable-file"))
+        return nb, resources
+
+
+MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+"""ASCII punctuation, which CommonMark lets a backslash make literal."""
+
+
+def unreadable_note(problem: str) -> str:
+    """The markdown of the note at the top of the page of a file that could not be read; ``problem`` (why, quoting
+    the file's bytes at times) shown as plain text."""
+    shown = MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(problem.split()))
+    return (
+        "> **Your submitted file could not be read.** It was graded as the assignment as released, without your "
+        f"answers, so every task scores 0. Why: {shown}. Check the file you submitted (open it in JupyterLab) and "
+        "ask your instructor how to submit it again."
+    )
 
 
 def hidden_lines(source: str) -> set[int]:
