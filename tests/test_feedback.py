@@ -232,7 +232,7 @@ def test_the_summary_names_each_grade_cell_by_its_task():
 
     graded = {"score": 1.0, "points": 2, "locked": True, "schema_version": 3}
     tests = {"nbgrader": {**graded, "grade": True, "solution": False, "grade_id": "task_1_1_tests"}}
-    written = {"nbgrader": {**graded, "grade": True, "solution": True, "grade_id": "written_why"}}
+    written = {"nbgrader": {**graded, "grade": True, "solution": True, "grade_id": "written_why", "comment": "Good."}}
     page = page_of(
         nbformat.v4.new_markdown_cell("### Task 1.1 - <first> & last"),
         nbformat.v4.new_code_cell("check_equal(f(1), 2, label='f(1)')", metadata=tests),
@@ -244,6 +244,7 @@ def test_the_summary_names_each_grade_cell_by_its_task():
     assert entries == [
         "Task 1.1 - <first> & last (Score: 1.0 / 2.0)",
         "7. Knowledge check: written_why (written response) (Score: 1.0 / 2.0)",
+        "Comment on 7. Knowledge check: written_why",
     ]
 
 

@@ -383,21 +383,26 @@ by a macro that writes nothing: a page loads no script (:data:`autograder.result
 SUMMARY = re.compile(r'<div id="toc">.*?</div>', re.DOTALL)
 """The summary nbgrader's feedback template writes at the top of a page (its first ``toc``: what students write
 comes after it)."""
-SUMMARY_ENTRY = re.compile(r'(<li><a href="#([^"]+)">)(Test cell|Written response|Coding free-response|Task)</a>')
-"""An entry of the summary: a link to a grade cell, named by its kind alone (``Test cell``)."""
+SUMMARY_ENTRY = re.compile(
+    r'(<li><a href="#(?:comment-)?([^"]+)">)(Test cell|Written response|Coding free-response|Task|Comment)</a>'
+)
+"""An entry of the summary: a link to a grade cell (or to the comment on an answer), named by its kind alone."""
 
 
 def named_summary(page: str, labels: dict[str, str]) -> str:
     """``page`` with each entry of its summary (:data:`SUMMARY`) named by its grade cell's label in ``labels``
-    (grade_id -> label, :func:`autograder.course.cell_labels`: ``Task 2.3 - contiguous strides``), a kind other
-    than a test cell's kept after it (``(written response)``); an entry of a grade_id without a label is kept."""
+    (grade_id -> label, :func:`autograder.course.cell_labels`: ``Task 2.3 - contiguous strides``): a test cell's by
+    the label alone, another kind's with the kind after it (``(written response)``), a comment's as ``Comment on``
+    the label; an entry of a grade_id without a label is kept."""
 
     def named(entry: re.Match[str]) -> str:
         label = labels.get(entry.group(2))
         if label is None:
             return entry.group(0)
-        kind = "" if entry.group(3) == "Test cell" else f" ({entry.group(3).lower()})"
-        return f"{entry.group(1)}{html.escape(label)}</a>{kind}"
+        kind = entry.group(3)
+        if kind == "Comment":
+            return f"{entry.group(1)}Comment on {html.escape(label)}</a>"
+        return f"{entry.group(1)}{html.escape(label)}</a>" + ("" if kind == "Test cell" else f" ({kind.lower()})")
 
     summary = SUMMARY.search(page)
     if summary is None:
