@@ -65,6 +65,10 @@ c.Autograde.autograde_preprocessors = [
     "autograder.pipeline.autograde.CheckCellMetadata",
 ]
 c.Autograde.exporter_class = "autograder.pipeline.autograde.AutogradedNotebookExporter"
+# Autograde clears notebook metadata but the language's name (nbconvert's ClearMetadataPreprocessor); it also keeps
+# why intake could not read a student's file (autograder.pipeline.structure.UNREADABLE), which their feedback page
+# says. Named here, not imported: nbgrader reads this file where the package may not be importable.
+c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {("language_info", "name"), ("autograder", "unreadable")}
 
 # Whatever students wrote (markdown answers and attachments, outputs of every MIME type and their metadata) is
 # sanitised by nbconvert's SanitizeHTML extended to all a template reads (autograder/results/safehtml.py: bleach escapes
@@ -80,12 +84,13 @@ c.HTMLExporter.sanitize_html = True
 # autograde, 0.1 s of CPU a notebook: a quarter of its time with every output stored); an invalid one still fails.
 c.Exporter.optimistic_validation = True
 
-# Feedback: hidden tests' code and expected values never reach a student
-# (autograder/results/feedback.py); the rest is nbgrader's default, rendered by nbconvert's HTMLExporter with its
-# templates compiled once per process (autograder.results.feedback.FeedbackExporter).
+# Feedback: hidden tests' code and expected values never reach a student, and the page of a file that could not be
+# read begins by saying why (autograder/results/feedback.py); the rest is nbgrader's default, rendered by nbconvert's
+# HTMLExporter with its templates compiled once per process (autograder.results.feedback.FeedbackExporter).
 c.GenerateFeedback.exporter_class = "autograder.results.feedback.FeedbackExporter"
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
+    "autograder.results.feedback.UnreadableNote",
     "autograder.results.feedback.HideHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

@@ -9,6 +9,7 @@ lives in the course directory too, git-ignored.
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import functools
 import itertools
@@ -258,6 +259,32 @@ def is_grade(cell: nbformat.NotebookNode) -> bool:
 def is_autograder_tests(cell: nbformat.NotebookNode) -> bool:
     """An autograded test cell: a graded code cell that is not a solution."""
     return cell.cell_type == "code" and is_grade(cell) and not is_solution(cell)
+
+
+def is_multiple_choice(cell: nbformat.NotebookNode) -> bool:
+    """An autograder-tests cell of a multiple-choice question (the knowledge check's): its visible tests only
+    check that answers are among the choices (``check_equal(answer_q1 in ("a", "b", "c", "d"), True, ...)``);
+    which choice is right only its hidden tests know, judged outside the kernel against the reference (the
+    release holds no expected value, so a student's run of the visible tests cannot tell)."""
+    if not is_autograder_tests(cell):
+        return False
+    try:
+        visible = ast.parse("\n".join(line for region, line in regions(cell.source) if region != "hidden test"))
+    except SyntaxError:
+        return False
+    calls = [node.value for node in visible.body if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)]
+    return bool(calls) and len(calls) == len(visible.body) and all(_checks_a_choice(call) for call in calls)
+
+
+def _checks_a_choice(call: ast.Call) -> bool:
+    """Whether a check's first argument is ``<answer> in (<strings>)``."""
+    test = call.args[0] if call.args else None
+    return (
+        isinstance(test, ast.Compare)
+        and [type(op) for op in test.ops] == [ast.In]
+        and isinstance(test.comparators[0], (ast.Tuple, ast.List, ast.Set))
+        and all(isinstance(item, ast.Constant) and isinstance(item.value, str) for item in test.comparators[0].elts)
+    )
 
 
 def is_autograded_answer(cell: nbformat.NotebookNode) -> bool:

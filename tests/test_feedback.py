@@ -14,6 +14,7 @@ from autograder.results.feedback import (
     CompiledTemplates,
     FeedbackExporter,
     HideHiddenTests,
+    UnreadableNote,
     secrets,
     shown,
     visible_source,
@@ -223,3 +224,55 @@ def test_a_page_with_nothing_to_make_accessible_skips_the_last_pass_and_reads_as
     page.cells[1].outputs.append(picture)
     ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(page)
     assert ours == stock("classic", page) and 'alt="No description has been provided for this image"' in ours
+
+
+def test_the_summary_names_each_grade_cell_by_its_task():
+    """nbgrader's template lists every test cell as "Test cell"; the page names it by its task's heading."""
+    from test_safehtml import page_of
+
+    graded = {"score": 1.0, "points": 2, "locked": True, "schema_version": 3}
+    tests = {"nbgrader": {**graded, "grade": True, "solution": False, "grade_id": "task_1_1_tests"}}
+    written = {"nbgrader": {**graded, "grade": True, "solution": True, "grade_id": "written_why", "comment": "Good."}}
+    page = page_of(
+        nbformat.v4.new_markdown_cell("### Task 1.1 - <first> & last"),
+        nbformat.v4.new_code_cell("check_equal(f(1), 2, label='f(1)')", metadata=tests),
+        nbformat.v4.new_markdown_cell("## 7. Knowledge check"),
+        nbformat.v4.new_markdown_cell("Because.", metadata=written),
+    )
+    summary = BeautifulSoup(page, features="html.parser").find(id="toc")
+    entries = [" ".join(item.get_text().split()) for item in summary.find_all("li")]
+    assert entries == [
+        "Task 1.1 - <first> & last (Score: 1.0 / 2.0)",
+        "7. Knowledge check: written_why (written response) (Score: 1.0 / 2.0)",
+        "Comment on 7. Knowledge check: written_why",
+    ]
+
+
+def test_the_page_of_a_file_that_could_not_be_read_begins_by_saying_so_and_why():
+    """Intake grades an unreadable file as the blank release, its reason in the notebook's metadata; autograde keeps
+    it (nbgrader_config.py), and the student's page begins with it, shown as text."""
+    from test_safehtml import page_of
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from autograder.course import ROOT
+    from autograder.pipeline.structure import normalise
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+
+    release = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("### Task 1.1 - first")])
+    graded = normalise(b'{"cells": [<b onmouseover=alert(1)>', release=release).notebook
+    graded.metadata["kernelspec"] = {"name": "python3"}
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    graded, _ = ClearMetadataPreprocessor(config=config).preprocess(graded, {})
+    assert "kernelspec" not in graded.metadata  # autograde clears what it did, and keeps why the file was unread
+    graded, _ = UnreadableNote().preprocess(graded, {})
+    body = BeautifulSoup(page_of(*graded.cells), features="html.parser").find(id="notebook-container")
+    text = " ".join(body.get_text().split())
+    assert text.startswith("Your submitted file could not be read. It was graded as the assignment as released")
+    assert "Why: not a readable notebook: the file is not valid JSON (Expecting value at line 1, column 12)" in text
+    assert text.index("could not be read") < text.index("Task 1.1 - first")
+    assert not [name for tag in body.find_all(True) for name in tag.attrs if name.startswith("on")]
+
+
+def test_a_readable_notebook_gets_no_note():
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# page")])
+    assert UnreadableNote().preprocess(copy.deepcopy(notebook), {})[0] == notebook

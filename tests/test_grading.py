@@ -18,7 +18,7 @@ from nbgrader.api import Gradebook
 
 from autograder.authoring.build import build
 from autograder.kernel.checks import RECORD_MIME_TYPE
-from autograder.course import ROOT, CourseError, grade_id, is_autograder_tests, is_grade, is_solution
+from autograder.course import ROOT, CourseError, cell_labels, grade_id, is_autograder_tests, is_grade, is_solution
 from autograder.grading.grade import NOT_ISOLATED
 from autograder.pipeline.releases import RELEASES, recorded_cells, update_gradebook
 from autograder.kernel.sandbox import BWRAP_ENV
@@ -124,6 +124,8 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
     assert statuses["dee"]["knowledge_check_q1"] == "failed"
     assert {row["submission_status"] for row in task_rows(course_copy, "cy")} == {"repaired"}
     assert (course_copy.root / "feedback" / "ada" / assignment_id / f"{assignment_id}.html").exists()
+    bea_page = (course_copy.root / "feedback" / "bea" / assignment_id / f"{assignment_id}.html").read_text()
+    assert "Your submitted file could not be read." in bea_page and "the file is not valid JSON" in bea_page
     # dee's wrong quiz answer fails a hidden test: the feedback names it, without the answer key or test code.
     page = html.unescape((course_copy.root / "feedback" / "dee" / assignment_id / f"{assignment_id}.html").read_text())
     assert "A hidden test failed: answer_q1" in page
@@ -156,8 +158,9 @@ def test_grade_reports_each_student_grades_broken_notebooks_fairly_and_keeps_man
     # ada's hand grade changed her page, which is made again and shows it.
     assert (pages["dee"].read_bytes(), pages["dee"].stat().st_mtime_ns) == before["dee"]
     assert pages["ada"].stat().st_mtime_ns != before["ada"][1]
-    assert "Written response</a> (Score: 1.5 / 2.0)" in pages["ada"].read_text()
-    assert "Written response</a> (Score: 0.0 / 2.0)" in before["ada"][0].decode()
+    entry = f"{html.escape(cell_labels(reference.notebook)[grade_id(manual)])}</a> (written response)"
+    assert f"{entry} (Score: 1.5 / 2.0)" in pages["ada"].read_text()
+    assert f"{entry} (Score: 0.0 / 2.0)" in before["ada"][0].decode()
 
     # The class results cover both batches (task_results.csv holds the last one only).
     assert {row["student_id"] for row in task_rows(course_copy, None)} == {"ada", "dee", "eve"}

@@ -16,7 +16,7 @@ from nbgrader.api import Gradebook
 from traitlets.config import Config
 
 from autograder.course import ROOT, Course, grade_id, is_grade, is_solution, read_notebook
-from autograder.pipeline.handgrades import ANSWERS_FILE, KeepHandGrades
+from autograder.pipeline.handgrades import ANSWERS_FILE, EARLIER_ANSWER, KeepHandGrades
 
 ASSIGNMENT = "01_tensors"
 
@@ -49,22 +49,31 @@ def test_a_hand_grade_stays_final_until_the_answer_changes(tmp_path, monkeypatch
         with Gradebook(db_url) as gradebook:
             return gradebook.find_grade(name, ASSIGNMENT, ASSIGNMENT, "ada").score
 
-    def grade_by_hand(score: float) -> None:
-        """What formgrader's PUT /formgrader/api/grade/<id> does."""
+    def grade_by_hand(score: float, comment: str | None = None) -> None:
+        """What formgrader's PUT /formgrader/api/grade/<id> (and /comment/<id>, given a ``comment``) does."""
         with Gradebook(db_url) as gradebook:
             grade = gradebook.find_grade(name, ASSIGNMENT, ASSIGNMENT, "ada")
             grade.manual_score, grade.needs_manual_grade = score, False
+            if comment is not None:
+                gradebook.find_comment(name, ASSIGNMENT, ASSIGNMENT, "ada").manual_comment = comment
             gradebook.db.commit()
 
+    def comment() -> str:
+        with Gradebook(db_url) as gradebook:
+            return gradebook.find_comment(name, ASSIGNMENT, ASSIGNMENT, "ada").comment
+
     assert autograde("Use from_numpy to share memory.") is True  # not graded yet
-    grade_by_hand(1.5)
+    grade_by_hand(1.5, "Say when the shared memory surprises you.")
     assert autograde("Use from_numpy to share memory.") is False  # stock nbgrader: True
     assert autograde("Use from_numpy to share memory.") is False
     assert score() == 1.5
     assert autograde("A new answer, handed in later.") is True  # the hand grade was for another answer
     assert score() == 0  # and no longer counts (in grades.csv either): the new answer is not graded yet
+    assert comment() == EARLIER_ANSWER + "Say when the shared memory surprises you."  # its comment says so
     assert autograde("A new answer, handed in later.") is True  # still not graded again
     grade_by_hand(2)
     assert autograde("A new answer, handed in later.") is False
     assert score() == 2
+    assert autograde("A third answer.") is True  # changed again: the comment, marked already, is marked once
+    assert comment() == EARLIER_ANSWER + "Say when the shared memory surprises you."
     assert (tmp_path / ANSWERS_FILE).exists()

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from bs4 import BeautifulSoup
+from nbconvert.filters import markdown2html
 from traitlets.config import Config
 
 import nbgrader
@@ -144,3 +146,29 @@ def test_every_page_carries_the_policy_first_in_its_head():
 def test_clean_escapes_unknown_markup_and_keeps_markdowns():
     cleaned = clean('<h2 id="x">T</h2><iframe src="x"></iframe>')
     assert cleaned == '<h2 id="x">T</h2>&lt;iframe src="x"&gt;&lt;/iframe&gt;'
+
+
+def test_code_in_markdown_shows_its_text_escaped_once_on_a_page_and_in_formgrader():
+    """bleach escaped the markdown source and markdown escaped code again: `x > 8` showed as ``x &gt; 8``."""
+    source = "**Check** `x > 8` and *then* `a && b`, 3 < 4\n\n```python\nif a < b:\n    pass\n```"
+    page = rendered(body_of(nbformat.v4.new_markdown_cell(source)))
+    assert "<code>x &gt; 8</code>" in page and "<code>a &amp;&amp; b</code>" in page and "3 &lt; 4" in page
+    assert "&amp;gt;" not in page and "&amp;lt;" not in page and "&amp;amp;" not in page
+    cell, _ = SafeNotebook().preprocess_cell(nbformat.v4.new_markdown_cell(source), {}, 0)
+    assert "<code>x &gt; 8</code>" in markdown2html(cell.source)  # formgrader renders it without cleaning
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        f"`x > 8` <img src=x onerror={RUN}>",
+        f"`x > 8`\n\n<div onclick={RUN}>d</div>",
+        f"```mermaid\n<img src=x onerror={RUN}>\n```",
+    ],
+    ids=["inline_html", "block_html", "mermaid"],
+)
+def test_markdown_with_raw_html_is_still_sanitised_before_formgrader_renders_it(source):
+    cell, _ = SafeNotebook().preprocess_cell(nbformat.v4.new_markdown_cell(source), {}, 0)
+    for html in (markdown2html(cell.source), rendered(body_of(nbformat.v4.new_markdown_cell(source)))):
+        soup = BeautifulSoup(html, features="html.parser")
+        assert not [name for tag in soup.find_all(True) for name in tag.attrs if name.startswith("on")], html

@@ -66,6 +66,7 @@ def test_an_unreadable_file_is_graded_as_the_blank_release_with_the_reason(raw, 
     assert not result.readable
     assert result.repairs[0].startswith("not a readable notebook") and reason in result.repairs[0]
     assert sources(result.notebook) == expected_sources()
+    assert result.notebook.metadata["autograder"]["unreadable"] == result.repairs[0]  # for the feedback page
 
 
 def test_an_nbformat_3_notebook_is_converted_and_keeps_its_answer():

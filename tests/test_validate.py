@@ -1,13 +1,14 @@
 """`python -m autograder validate`: nbgrader's validation, told truthfully (which test cells fail, why, exit status)."""
 
 import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from autograder.course import ROOT, Course, grade_id, is_autograder_tests, read_notebook
+from autograder.course import ROOT, Course, grade_id, is_autograder_tests, is_multiple_choice, read_notebook
 from autograder.authoring.samples import samples
-from autograder.authoring.validate import validate
+from autograder.authoring.validate import RECORDED, Validation, validate
 
 ASSIGNMENT = "01_tensors"
 WRONG = ("task_2_2_zero_negatives", "def zero_negatives_(x):\n    return x.abs_()\n")
@@ -61,17 +62,24 @@ def test_validate_names_the_wrong_the_unanswered_and_the_warning_cell_and_why(st
     assert validation.failed[WARNS[0]].startswith("every check passed, but the cell wrote to the error stream")
     assert "UserWarning: counting bytes" in validation.failed[WARNS[0]]
     tests = [grade_id(c) for c in read_notebook(path).cells if is_autograder_tests(c)]
-    assert validation.passed == [name for name in tests if name not in validation.failed]
+    choices = [grade_id(c) for c in read_notebook(path).cells if is_multiple_choice(c)]
+    assert choices and validation.recorded == choices  # the knowledge check: not "pass", right or wrong
+    assert validation.passed == [name for name in tests if name not in validation.failed and name not in choices]
     assert not validation.ok
     assert path.read_bytes() == before
 
 
 def test_validate_exits_0_on_the_solved_notebook_and_1_on_the_released_one(student_folder, cli):
     count = sum(is_autograder_tests(c) for c in read_notebook(student_folder / f"{ASSIGNMENT}.ipynb").cells)
-    assert count > 1
+    choices = sum(is_multiple_choice(c) for c in read_notebook(student_folder / f"{ASSIGNMENT}.ipynb").cells)
+    assert count > choices > 0
     solved = cli("validate", str(student_folder / "solved.ipynb"))
     assert solved.returncode == 0, solved.stdout + solved.stderr
-    assert solved.stdout.strip().endswith(f"solved.ipynb: all {count} test cells pass")
+    assert solved.stdout.strip().endswith(
+        f"solved.ipynb: all {count} test cells pass ({choices} of them record a multiple-choice answer, "
+        "graded after you submit)"
+    )
+    assert f"recorded  knowledge_check_q1: {RECORDED}" in solved.stdout and "pass  knowledge_check" not in solved.stdout
     assert solved.stderr == ""
     released = cli("validate", str(student_folder / f"{ASSIGNMENT}.ipynb"))
     assert released.returncode == 1, released.stdout + released.stderr
@@ -96,3 +104,26 @@ def test_validate_says_so_when_checks_py_is_not_beside_the_notebook(student_fold
     assert process.returncode == 2
     assert f"no checks.py beside {alone}" in process.stderr and "release/01_tensors/checks.py" in process.stderr
     assert "NameError" not in process.stdout + process.stderr
+
+
+def test_the_knowledge_checks_questions_are_the_multiple_choice_test_cells():
+    """Their visible tests check only that the answer is one of the choices, in source/ and release/ alike."""
+    for assignment_id in Course(ROOT).assignment_ids():
+        for path in (Course(ROOT).source_notebook(assignment_id), Course(ROOT).release_notebook(assignment_id)):
+            tests = [c for c in read_notebook(path).cells if is_autograder_tests(c)]
+            choices = [grade_id(c) for c in tests if is_multiple_choice(c)]
+            assert choices and choices == [grade_id(c) for c in tests if grade_id(c).startswith("knowledge_check_q")]
+
+
+def test_a_multiple_choice_answer_is_reported_as_recorded_not_as_passed():
+    report = Validation(notebook=Path("n.ipynb"), passed=["task_1_1"], recorded=["knowledge_check_q1"]).report()
+    assert report.splitlines() == [
+        "pass  task_1_1",
+        f"recorded  knowledge_check_q1: {RECORDED}",
+        "n.ipynb: all 2 test cells pass (1 of them record a multiple-choice answer, graded after you submit)",
+    ]
+    failing = Validation(notebook=Path("n.ipynb"), recorded=["knowledge_check_q1"], failed={"task_1_1": "why"})
+    assert failing.report().endswith(
+        "n.ipynb: 1 of 2 test cells pass (1 of them record a multiple-choice answer, graded after you submit); "
+        "fix the rest before you submit"
+    )

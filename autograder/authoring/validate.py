@@ -4,7 +4,10 @@
 test cells that fail, but it exits 0 either way (nbgrader issue 1908), cuts every line at 90
 characters and does not say why a cell whose checks all pass failed when the cause is text on the
 error stream (a warning). This stage runs the same :class:`nbgrader.validator.Validator` and reports
-each test cell by its grade_id: passed, or failed with the error's last line or the stderr text.
+each test cell by its grade_id: passed, or failed with the error's last line or the stderr text. A
+multiple-choice question's test cell (:func:`autograder.course.is_multiple_choice`) that passes says its
+answer is recorded, not that it passed: its visible tests check only that the answer is one of the
+choices, and which choice is right is graded after submission.
 """
 
 from __future__ import annotations
@@ -16,20 +19,27 @@ import nbformat
 from nbgrader.validator import Validator
 from traitlets.config import Config
 
-from ..course import CourseError, grade_id, is_autograder_tests, read_notebook
+from ..course import CourseError, grade_id, is_autograder_tests, is_multiple_choice, read_notebook
+
+
+RECORDED = "your answer is one of the choices; whether it is right is graded after you submit"
+"""What the report says of a multiple-choice question whose answer is one of its choices."""
 
 
 @dataclass
 class Validation:
     """What nbgrader's validator found in one notebook.
 
-    ``passed`` and ``failed`` name test cells by grade_id, in notebook order; ``failed`` maps each
-    to why it failed. ``changed`` lists the test cells whose source the student edited (nbgrader
-    then judges nothing else: grading restores them) and ``retyped`` the cells whose type changed.
+    ``passed``, ``recorded`` and ``failed`` name test cells by grade_id, in notebook order: ``recorded``
+    the multiple-choice questions whose answer is one of the choices (right or wrong is graded after
+    submission); ``failed`` maps each to why it failed. ``changed`` lists the test cells whose source the
+    student edited (nbgrader then judges nothing else: grading restores them) and ``retyped`` the cells
+    whose type changed.
     """
 
     notebook: Path
     passed: list[str] = field(default_factory=list)
+    recorded: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     changed: list[str] = field(default_factory=list)
     retyped: list[str] = field(default_factory=list)
@@ -48,13 +58,16 @@ class Validation:
             lines.append(f"EDITED  {name}: this test cell was edited; grading runs the original tests")
         for name in self.passed:
             lines.append(f"pass  {name}")
+        for name in self.recorded:
+            lines.append(f"recorded  {name}: {RECORDED}")
         for name, reason in self.failed.items():
             lines.append(f"FAIL  {name}: " + reason.replace("\n", "\n        "))
-        total = len(self.passed) + len(self.failed)
-        if self.ok:
-            lines.append(f"{self.notebook.name}: all {total} test cells pass")
-        else:
-            lines.append(f"{self.notebook.name}: {len(self.passed)} of {total} test cells pass; fix the rest before you submit")
+        total = len(self.passed) + len(self.recorded) + len(self.failed)
+        passing = len(self.passed) + len(self.recorded)
+        answers = f" ({len(self.recorded)} of them record a multiple-choice answer, graded after you submit)"
+        counted = f"{passing} of {total}" if not self.ok else f"all {total}"
+        ending = "" if self.ok else "; fix the rest before you submit"
+        lines.append(f"{self.notebook.name}: {counted} test cells pass{answers if self.recorded else ''}{ending}")
         return "\n".join(lines)
 
 
@@ -102,7 +115,7 @@ def validate(path: Path) -> Validation:
         if cell.source.strip() in failed:
             validation.failed[grade_id(cell)] = _reason(cell, failed[cell.source.strip()])
         else:
-            validation.passed.append(grade_id(cell))
+            (validation.recorded if is_multiple_choice(cell) else validation.passed).append(grade_id(cell))
     return validation
 
 

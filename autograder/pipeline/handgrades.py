@@ -7,7 +7,9 @@ every written answer graded by hand as ``manual grade pending`` again, and formg
 :class:`KeepHandGrades` keeps nbgrader's rule except for one case: the grader's last word stands (formgrader left
 ``needs_manual_grade`` false), and the answer is the one the previous autograde saw, so the grader saw it too.
 A changed answer is flagged for a new hand grade as before, and its old hand grade no longer counts (nbgrader kept
-it in the score, so grades.csv gave points for an answer no one had graded).
+it in the score, so grades.csv gave points for an answer no one had graded). The grader's comment stays, for the
+student to read what was said, but begins with :data:`EARLIER_ANSWER` (on the feedback page and in formgrader,
+where the grader replaces it on grading the new answer): it was written about another answer.
 
 The answers' checksums (nbgrader's ``compute_checksum`` of the cell) at the last autograde are kept beside the
 gradebook, in :data:`ANSWERS_FILE` of the course directory, git-ignored like the gradebook; without it (a gradebook
@@ -28,6 +30,8 @@ from nbgrader.preprocessors import SaveAutoGrades
 
 ANSWERS_FILE = "gradebook.answers.json"
 """``{"<student>/<assignment>/<notebook>/<grade_id>": checksum}`` of each hand-graded answer at the last autograde."""
+EARLIER_ANSWER = "(on an earlier version of this answer) "
+"""What a hand-grade comment begins with once the answer it was written about has changed."""
 
 
 class KeepHandGrades(SaveAutoGrades):
@@ -62,5 +66,10 @@ class KeepHandGrades(SaveAutoGrades):
                 self.student_id, cell.metadata["nbgrader"]["grade_id"], grade.manual_score,
             )
             grade.manual_score = None  # the hand grade was for another answer: it must not count for this one
+            comment = self.gradebook.find_comment(
+                cell.metadata["nbgrader"]["grade_id"], self.notebook_id, self.assignment_id, self.student_id
+            )
+            if comment.manual_comment and not comment.manual_comment.startswith(EARLIER_ANSWER):
+                comment.manual_comment = EARLIER_ANSWER + comment.manual_comment
             self.gradebook.db.commit()
         self.answers[key] = checksum

@@ -20,7 +20,8 @@ Added cells keep their place after the release cell they followed, so a
 helper function a student wrote in a cell of their own still runs before the
 tests that need it. A file that cannot be read as a notebook (empty, not
 UTF-8, not JSON, not a notebook) is graded as the unchanged release: zero for
-every autograded cell, with a message saying why, instead of stopping the batch.
+every autograded cell, with a message saying why, instead of stopping the batch; the notebook graded in its
+place carries the message in its metadata (:data:`UNREADABLE`), for the student's feedback page.
 So is any file that makes reading or rebuilding it fail in any way (nesting
 deep enough to exhaust Python's recursion limit, a field of the wrong type,
 a rebuilt notebook that is not valid nbformat 4) and a file larger than
@@ -45,6 +46,11 @@ MAX_NOTEBOOK_BYTES = 64 * 2**20
 
 EXECUTION_TAGS = frozenset({"skip-execution", "raises-exception"})
 """Cell tags that nbclient (and so nbgrader) obeys when it executes a notebook: they are never taken from a student."""
+
+
+UNREADABLE = ("autograder", "unreadable")
+"""Where in its notebook metadata (``metadata["autograder"]["unreadable"]``) the blank release graded for a file
+that could not be read says why (:func:`unreadable`); autograde keeps it (nbgrader_config.py)."""
 
 
 class UnreadableNotebook(ValueError):
@@ -123,10 +129,10 @@ def normalise(raw: bytes, *, release: NotebookNode) -> Normalised:
         nbformat.validate(rebuilt.notebook)  # what the student wrote into it (sources, attachments) is nbformat
         return rebuilt
     except UnreadableNotebook as error:
-        return Normalised(notebook=blank(release), readable=False, repairs=[f"not a readable notebook: {error}"])
+        return unreadable(release, f"not a readable notebook: {error}")
     except Exception as error:  # whatever the file makes the rebuild trip on: one student's problem, not the batch's
         problem = f"not a readable notebook: it cannot be rebuilt ({type(error).__name__}: {error})"
-        return Normalised(notebook=blank(release), readable=False, repairs=[problem[:300]])
+        return unreadable(release, problem[:300])
 
 
 def normalise_file(path: Path, *, release: NotebookNode) -> Normalised:
@@ -137,7 +143,7 @@ def normalise_file(path: Path, *, release: NotebookNode) -> Normalised:
             raw = handle.read(MAX_NOTEBOOK_BYTES + 1)
     except OSError as error:
         problem = f"not a readable notebook: the file cannot be read ({error.strerror or error})"
-        return Normalised(notebook=blank(release), readable=False, repairs=[problem])
+        return unreadable(release, problem)
     return normalise(raw, release=release)
 
 
@@ -177,6 +183,15 @@ def _student_written(cell: NotebookNode) -> bool:
     """A code cell whose source comes from the student (a solution, an added cell or an unlocked example)."""
     nbgrader = cell.metadata.get("nbgrader", {})
     return bool(nbgrader.get("solution")) or not nbgrader.get("locked", False)
+
+
+def unreadable(release: NotebookNode, problem: str) -> Normalised:
+    """What a file that cannot be read is graded as: :func:`blank`, ``problem`` (why, in words for the student) its
+    one repair and, in its metadata, at :data:`UNREADABLE`."""
+    notebook = blank(release)
+    section, key = UNREADABLE
+    notebook.metadata[section] = {key: problem}
+    return Normalised(notebook=notebook, readable=False, repairs=[problem])
 
 
 def blank(release: NotebookNode) -> NotebookNode:

@@ -45,8 +45,8 @@ spread over the outputs of several cells are not recognised.
 Pages are rendered by :class:`FeedbackExporter` (nbconvert's ``HTMLExporter``, its compiled templates kept for
 the next page), which runs nothing a student wrote and fetches nothing (:mod:`autograder.results.safehtml`: markdown
 sanitised after it is rendered, a Content-Security-Policy with no script and no request, math drawn as images
-instead of by MathJax), and a re-run keeps the pages of an earlier one made from the same inputs
-(:mod:`autograder.pipeline.feedbackstore`).
+instead of by MathJax), its summary names each grade cell by its task, and a re-run keeps the pages of an earlier
+one made from the same inputs (:mod:`autograder.pipeline.feedbackstore`).
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import default
 
-from ..course import HIDDEN_TEST_MARKERS, grade_id, is_autograder_tests
+from ..course import HIDDEN_TEST_MARKERS, cell_labels, grade_id, is_autograder_tests
 from .safehtml import MathImages, clean, with_policy
+from ..pipeline.structure import UNREADABLE
 from ..pipeline.verdict import HIDDEN_FAILED, MISMATCH, RECORD_MIME_TYPE, reference_of
 
 STDERR_NOTE = (
@@ -253,6 +254,33 @@ class HideHiddenTests(NbGraderPreprocessor):
         return cell, resources
 
 
+class UnreadableNote(NbGraderPreprocessor):
+    """nbgrader preprocessor for generate_feedback: the page of a submission whose file could not be read (graded as
+    the blank release, :func:`autograder.pipeline.structure.unreadable`) begins with a note saying so, and why."""
+
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        section, key = UNREADABLE
+        problem = nb.metadata.get(section, {}).get(key)
+        if problem:
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell(unreadable_note(problem), id="unreadable-file"))
+        return nb, resources
+
+
+MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+"""ASCII punctuation, which CommonMark lets a backslash make literal."""
+
+
+def unreadable_note(problem: str) -> str:
+    """The markdown of the note at the top of the page of a file that could not be read; ``problem`` (why, quoting
+    the file's bytes at times) shown as plain text."""
+    shown = MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(problem.split()))
+    return (
+        "> **Your submitted file could not be read.** It was graded as the assignment as released, without your "
+        f"answers, so every task scores 0. Why: {shown}. Check the file you submitted (open it in JupyterLab) and "
+        "ask your instructor how to submit it again."
+    )
+
+
 def hidden_lines(source: str) -> set[int]:
     """1-based numbers of the lines of ``source`` inside the hidden-test markers (markers included)."""
     begin, end = HIDDEN_TEST_MARKERS
@@ -352,6 +380,36 @@ NO_MATHJAX = jinja2.DictLoader({"mathjax.html.j2": "{%- macro mathjax(url=None) 
 by a macro that writes nothing: a page loads no script (:data:`autograder.results.safehtml.CONTENT_SECURITY_POLICY`)."""
 
 
+SUMMARY = re.compile(r'<div id="toc">.*?</div>', re.DOTALL)
+"""The summary nbgrader's feedback template writes at the top of a page (its first ``toc``: what students write
+comes after it)."""
+SUMMARY_ENTRY = re.compile(
+    r'(<li><a href="#(?:comment-)?([^"]+)">)(Test cell|Written response|Coding free-response|Task|Comment)</a>'
+)
+"""An entry of the summary: a link to a grade cell (or to the comment on an answer), named by its kind alone."""
+
+
+def named_summary(page: str, labels: dict[str, str]) -> str:
+    """``page`` with each entry of its summary (:data:`SUMMARY`) named by its grade cell's label in ``labels``
+    (grade_id -> label, :func:`autograder.course.cell_labels`: ``Task 2.3 - contiguous strides``): a test cell's by
+    the label alone, another kind's with the kind after it (``(written response)``), a comment's as ``Comment on``
+    the label; an entry of a grade_id without a label is kept."""
+
+    def named(entry: re.Match[str]) -> str:
+        label = labels.get(entry.group(2))
+        if label is None:
+            return entry.group(0)
+        kind = entry.group(3)
+        if kind == "Comment":
+            return f"{entry.group(1)}Comment on {html.escape(label)}</a>"
+        return f"{entry.group(1)}{html.escape(label)}</a>" + ("" if kind == "Test cell" else f" ({kind.lower()})")
+
+    summary = SUMMARY.search(page)
+    if summary is None:
+        return page
+    return page[: summary.start()] + SUMMARY_ENTRY.sub(named, summary.group(0)) + page[summary.end() :]
+
+
 class FeedbackExporter(HTMLExporter):
     """nbconvert's ``HTMLExporter`` for ``nbgrader generate_feedback`` (``GenerateFeedback.exporter_class`` in
     nbgrader_config.py), for less CPU a page and the same page as a browser reads it:
@@ -404,7 +462,8 @@ class FeedbackExporter(HTMLExporter):
     ) -> tuple[str, dict[str, Any]]:
         """``HTMLExporter.from_notebook_node`` of nbconvert 7.17 with its last pass run only where it has work
         (the rest of the method as nbconvert writes it: the filters it registers, then the template), the
-        notebook's name escaped and the page's policy added (:func:`autograder.results.safehtml.with_policy`)."""
+        notebook's name escaped, the summary's entries named by task (:func:`named_summary`, with the labels of
+        the notebook's own headings) and the page's policy added (:func:`autograder.results.safehtml.with_policy`)."""
         language = nb.metadata.get("language_info", {})
         lexer = language.get("pygments_lexer", language.get("name", None))
         highlight_code = self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self))
@@ -418,6 +477,7 @@ class FeedbackExporter(HTMLExporter):
         page, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
         if nbgrader is not None:
             resources["nbgrader"] = nbgrader
+            page = named_summary(page, cell_labels(nb))
         if ACCESSIBILITY_TARGETS.search(page):
             page = self._accessible(page)
         return with_policy(page), resources

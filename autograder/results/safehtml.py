@@ -13,7 +13,8 @@ link ``[t](javascript:...)`` is a live link). Three layers close that:
   metadata, only an image's ``width`` and ``height`` as whole numbers, ``unconfined`` and ``alt``; a markdown
   cell's attachments keep only images in valid base64, an empty PNG where none is left (cell tags, ids and
   ``alt`` reach a page only escaped, in quoted attributes; a grade id is one of the gradebook's, or nbgrader's
-  ``GetGrades`` fails the page);
+  ``GetGrades`` fails the page); a markdown cell's source is sanitised only where it holds raw HTML (markdown
+  escapes the rest itself, code spans included: sanitised too, they showed ``&gt;`` for ``>``);
 - :func:`clean` sanitises the HTML rendered from markdown (``FeedbackExporter.markdown2html``): only the tags and
   attributes of :data:`TAGS`, links only to ``http``, ``https``, ``mailto`` or a place in the page, images only
   from ``data:image/...;base64`` (what nbconvert makes of an attachment);
@@ -38,6 +39,7 @@ import binascii
 import functools
 import html
 import io
+import json
 import re
 import urllib.parse
 from typing import Any
@@ -45,7 +47,7 @@ from typing import Any
 import bleach
 from bleach.css_sanitizer import CSSSanitizer
 from matplotlib import mathtext
-from nbconvert.filters.markdown_mistune import IPythonRenderer
+from nbconvert.filters.markdown_mistune import InvalidNotebook, IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbformat import NotebookNode
 
@@ -183,12 +185,18 @@ class SafeNotebook(SanitizeHTML):
     """nbconvert's ``SanitizeHTML`` (markdown and raw cells' HTML, code outputs' HTML and markdown sanitised by
     bleach, other MIME types dropped), extended to everything else of a notebook the HTML templates read: each
     code output's data (:data:`OUTPUT_TYPES`, images in valid base64) and metadata (:data:`IMAGE_METADATA` of
-    each image type) and a markdown cell's attachments (images in valid base64)."""
+    each image type) and a markdown cell's attachments (images in valid base64).
+
+    A markdown cell without raw HTML (:func:`renders_escaped`) keeps its source: bleach escapes ``<``, ``>`` and
+    ``&`` in markdown *source*, and markdown then escapes a code span's or code block's text again (`` `x > 8` ``
+    showed ``x &gt; 8``); text outside code shows the same either way."""
 
     def preprocess_cell(self, cell: NotebookNode, resources: dict, cell_index: int) -> tuple[NotebookNode, dict]:
-        cell, resources = super().preprocess_cell(cell, resources, cell_index)
         if "attachments" in cell:
             cell.attachments = {name: _safe_attachment(bundle) for name, bundle in cell.attachments.items()}
+        if cell.cell_type == "markdown" and renders_escaped(cell.source, json.dumps(cell.get("attachments", {}))):
+            return cell, resources  # its markdown escapes it all: bleach's escaping would show twice in code
+        cell, resources = super().preprocess_cell(cell, resources, cell_index)
         for output in cell.get("outputs", []):
             if "data" in output:
                 output.data = {
@@ -199,6 +207,45 @@ class SafeNotebook(SanitizeHTML):
             if "metadata" in output:
                 output.metadata = _image_metadata(output)
         return cell, resources
+
+
+ESCAPING_TOKENS = frozenset(
+    {
+        *("blank_line", "block_code", "block_math", "block_quote", "block_text", "codespan", "heading", "image"),
+        *("inline_math", "latex_environment", "linebreak", "link", "list", "list_item", "paragraph", "softbreak"),
+        *("strikethrough", "table", "table_body", "table_cell", "table_head", "table_row", "task_list_item", "text"),
+        *("thematic_break", "def_list", "def_list_head", "def_list_item", "emphasis", "strong"),
+    }
+)
+"""The markdown tokens (mistune's, as nbconvert parses markdown) whose text nbconvert's renderer escapes; raw HTML
+(``block_html``, ``inline_html``) is written as it is, and so is a ``mermaid`` code block."""
+
+
+class _TokenTypes(IPythonRenderer):
+    """nbconvert's markdown renderer as ``HTMLExporter.markdown2html`` makes it (formgrader's), noting the type of
+    each token it renders (``mermaid`` for a code block it writes unescaped)."""
+
+    def __init__(self, attachments: dict) -> None:
+        super().__init__(escape=False, attachments=attachments)
+        self.types: set[str] = set()
+
+    def render_token(self, token: dict, state: Any) -> str:
+        info = (token.get("attrs") or {}).get("info") or ""
+        self.types.add("mermaid" if token["type"] == "block_code" and info.startswith("mermaid") else token["type"])
+        return super().render_token(token, state)
+
+
+@functools.lru_cache(maxsize=4096)
+def renders_escaped(source: str, attachments: str) -> bool:
+    """Whether nbconvert renders markdown ``source`` (its cell's ``attachments`` as JSON) with every part of it
+    escaped (only :data:`ESCAPING_TOKENS`): no raw HTML, so the page needs no sanitising of the source. Kept per
+    process: every page of an assignment shows its instructions."""
+    types = _TokenTypes(json.loads(attachments))
+    try:
+        MarkdownWithMath(renderer=types).render(source)
+    except InvalidNotebook:  # a missing attachment: nbconvert fails the page anyway
+        return False
+    return types.types <= ESCAPING_TOKENS
 
 
 def _safe_attachment(bundle: dict) -> dict:
