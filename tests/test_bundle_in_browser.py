@@ -22,7 +22,17 @@ from playwright.sync_api import sync_playwright
 
 from autograder.authoring.bundle import release
 from autograder.course import ROOT, Course, read_notebook
-from test_browser import CHROMIUM, FLAGS, TOKEN, free_port, open_notebook, press_validate, shut_down_kernels, started_lab
+from test_browser import (
+    CHROMIUM,
+    FLAGS,
+    SCREENSHOTS,
+    TOKEN,
+    free_port,
+    open_notebook,
+    press_validate,
+    shut_down_kernels,
+    started_lab,
+)
 
 ASSIGNMENT = "02_strides"
 """The smallest notebook: Validate runs it whole, twice per way of starting JupyterLab."""
@@ -106,7 +116,8 @@ def test_validate_and_the_terminal_check_work_in_the_unpacked_bundle(tmp_path, b
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SHELL": SHELL, "LANG": "C.UTF-8", "COURSE_DEVICE": "cpu"}
     port = free_port()
     lab = [".venv/bin/jupyter", "lab", *([f"{ASSIGNMENT}.ipynb"] if opens == "notebook" else [])]
-    lab += ["--no-browser", "--ip=127.0.0.1", f"--port={port}", f"--IdentityProvider.token={TOKEN}", "--LabApp.news_url="]
+    lab += ["--no-browser", "--ip=127.0.0.1", f"--port={port}", f"--IdentityProvider.token={TOKEN}"]
+    lab += ["--LabApp.news_url="]
 
     with started_lab(lab, cwd=folder, env=env, port=port, token=TOKEN) as base:
         root = server_root(tmp_path)
@@ -114,11 +125,15 @@ def test_validate_and_the_terminal_check_work_in_the_unpacked_bundle(tmp_path, b
         no_repository = in_terminal(".venv/bin/python -c 'import autograder'", root=root, env=env)
         assert no_repository.returncode != 0 and "No module named 'autograder'" in no_repository.stderr, no_repository
 
-        page = open_notebook(browser, base, f"{ASSIGNMENT}.ipynb")
+        pages = len(browser.pages)
         try:
+            page = open_notebook(browser, base, f"{ASSIGNMENT}.ipynb")
             outcome, text = press_validate(page)
+            SCREENSHOTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / f"{ASSIGNMENT}-bundle-{opens}.png"))
         finally:
-            page.close()
+            for opened in browser.pages[pages:]:
+                opened.close()
             shut_down_kernels(base)
         assert "validation-failed" in outcome, text
         assert "The following cell failed:" in text and "NotImplementedError" in text, text
