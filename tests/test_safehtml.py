@@ -79,18 +79,21 @@ def test_an_honest_image_keeps_its_width_and_height():
     assert re.search(r'<img [^>]*height="45" [^>]*width="123"', page)
 
 
-@pytest.mark.parametrize(
-    "link",
-    [
-        "[t](javascript:alert(1))",
-        "[t](JaVaScRiPt:alert(1))",
-        "[t](java\tscript:alert(1))",
-        "[t](&#106;avascript:alert(1))",
-        "[t](vbscript:msgbox)",
-        "[t](data:text/html;base64,PHNjcmlwdD4=)",
-        "[t][r]\n\n[r]: javascript:alert(1)",
-    ],
-)
+UNSAFE_LINKS = [
+    "[t](javascript:alert(1))",
+    "[t](JaVaScRiPt:alert(1))",
+    "[t](java\tscript:alert(1))",
+    "[t](&#106;avascript:alert(1))",
+    "[t](vbscript:msgbox)",
+    "[t](data:text/html;base64,PHNjcmlwdD4=)",
+    "[t][r]\n\n[r]: javascript:alert(1)",
+    "<javascript:alert(1)>",
+    "[t](<javascript:alert(1)> \"title\")",
+]
+"""Markdown links a student can write that would run script, or load a page of their own, if clicked."""
+
+
+@pytest.mark.parametrize("link", UNSAFE_LINKS)
 def test_a_markdown_link_goes_only_to_http_https_mailto_or_the_page(link):
     page = body_of(nbformat.v4.new_markdown_cell(link))
     assert "href" not in rendered(page)
@@ -172,3 +175,21 @@ def test_markdown_with_raw_html_is_still_sanitised_before_formgrader_renders_it(
     for html in (markdown2html(cell.source), rendered(body_of(nbformat.v4.new_markdown_cell(source)))):
         soup = BeautifulSoup(html, features="html.parser")
         assert not [name for tag in soup.find_all(True) for name in tag.attrs if name.startswith("on")], html
+
+
+@pytest.mark.parametrize("link", UNSAFE_LINKS)
+def test_a_link_formgrader_would_make_live_is_shown_as_its_source(link):
+    """formgrader renders markdown after SafeNotebook with no cleaning: such a cell reaches it as a code block."""
+    source = f"My answer, see ``` {link} and `x > 8`"
+    cell, _ = SafeNotebook().preprocess_cell(nbformat.v4.new_markdown_cell(source), {}, 0)
+    html = markdown2html(cell.source)
+    soup = BeautifulSoup(html, features="html.parser")
+    assert soup.find_all("a") == [], html
+    if cell.source != source:  # a link markdown makes: the cell is shown as its source, as it is
+        assert soup.find("pre").get_text().strip() == source
+
+
+def test_safe_links_stay_links_for_formgrader():
+    source = "[a](https://example.org) [b](mailto:x@example.org) [c](#top) `x > 8`"
+    cell, _ = SafeNotebook().preprocess_cell(nbformat.v4.new_markdown_cell(source), {}, 0)
+    assert cell.source == source

@@ -189,11 +189,16 @@ class SafeNotebook(SanitizeHTML):
 
     A markdown cell without raw HTML (:func:`renders_escaped`) keeps its source: bleach escapes ``<``, ``>`` and
     ``&`` in markdown *source*, and markdown then escapes a code span's or code block's text again (`` `x > 8` ``
-    showed ``x &gt; 8``); text outside code shows the same either way."""
+    showed ``x &gt; 8``); text outside code shows the same either way. A markdown cell with a link to anywhere
+    else than a page may go (:func:`unsafe_urls`: a ``javascript:`` link, say) is shown as its source
+    in a code block (:func:`as_code_block`), so that no renderer makes it live: formgrader renders markdown with
+    this preprocessor and no cleaning after it."""
 
     def preprocess_cell(self, cell: NotebookNode, resources: dict, cell_index: int) -> tuple[NotebookNode, dict]:
         if "attachments" in cell:
             cell.attachments = {name: _safe_attachment(bundle) for name, bundle in cell.attachments.items()}
+        if cell.cell_type == "markdown" and unsafe_urls(cell.source, json.dumps(cell.get("attachments", {}))):
+            cell.source = as_code_block(cell.source)
         if cell.cell_type == "markdown" and renders_escaped(cell.source, json.dumps(cell.get("attachments", {}))):
             return cell, resources  # its markdown escapes it all: bleach's escaping would show twice in code
         cell, resources = super().preprocess_cell(cell, resources, cell_index)
@@ -230,9 +235,24 @@ class _TokenTypes(IPythonRenderer):
         self.types: set[str] = set()
 
     def render_token(self, token: dict, state: Any) -> str:
-        info = (token.get("attrs") or {}).get("info") or ""
+        attrs = token.get("attrs") or {}
+        info = attrs.get("info") or ""
         self.types.add("mermaid" if token["type"] == "block_code" and info.startswith("mermaid") else token["type"])
+        if token["type"] == "link" and not _safe_link(str(attrs.get("url") or "")):
+            self.types.add("unsafe_url")
         return super().render_token(token, state)
+
+
+def _token_types(source: str, attachments: str) -> set[str] | None:
+    """The types of the tokens nbconvert renders markdown ``source`` into (its cell's ``attachments`` as JSON), with
+    ``unsafe_url`` for a link whose target :func:`_safe_link` refuses; None where nbconvert cannot
+    render it (a missing attachment: nbconvert fails the page anyway)."""
+    types = _TokenTypes(json.loads(attachments))
+    try:
+        MarkdownWithMath(renderer=types).render(source)
+    except InvalidNotebook:
+        return None
+    return types.types
 
 
 @functools.lru_cache(maxsize=4096)
@@ -240,12 +260,25 @@ def renders_escaped(source: str, attachments: str) -> bool:
     """Whether nbconvert renders markdown ``source`` (its cell's ``attachments`` as JSON) with every part of it
     escaped (only :data:`ESCAPING_TOKENS`): no raw HTML, so the page needs no sanitising of the source. Kept per
     process: every page of an assignment shows its instructions."""
-    types = _TokenTypes(json.loads(attachments))
-    try:
-        MarkdownWithMath(renderer=types).render(source)
-    except InvalidNotebook:  # a missing attachment: nbconvert fails the page anyway
-        return False
-    return types.types <= ESCAPING_TOKENS
+    types = _token_types(source, attachments)
+    return types is not None and types <= ESCAPING_TOKENS
+
+
+@functools.lru_cache(maxsize=4096)
+def unsafe_urls(source: str, attachments: str) -> bool:
+    """Whether markdown ``source`` (its cell's ``attachments`` as JSON) has a link that nbconvert would render
+    pointing anywhere but :data:`LINK_SCHEMES` or the page itself (images run nothing: a feedback page keeps only
+    inline ones, :func:`clean`)."""
+    types = _token_types(source, attachments)
+    return types is not None and "unsafe_url" in types
+
+
+def as_code_block(source: str) -> str:
+    """Markdown that shows ``source`` as it is, in a fenced code block whose fence is longer than any run of
+    backticks in it (CommonMark: only a fence at least as long closes it), so nothing in it renders."""
+    longest = max((len(run) for run in re.findall(r"`+", source)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{source}\n{fence}"
 
 
 def _safe_attachment(bundle: dict) -> dict:
