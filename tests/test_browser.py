@@ -126,14 +126,14 @@ def started_lab(command: list[str], *, cwd: Path, env: dict[str, str], port: int
         log.close()
 
 
-@pytest.fixture(scope="module")
-def browser(lab, tmp_path_factory):
-    """Headless Chromium (the system's, never a downloaded one) with a fresh profile."""
+@contextmanager
+def chromium(profile: Path):
+    """Headless Chromium (the system's, never a downloaded one) with the fresh profile folder ``profile``."""
     assert CHROMIUM.exists(), "no /usr/bin/chromium: apt-get install chromium chromium-driver (tests/run_tests.sh does)"
     SCREENSHOTS.mkdir(exist_ok=True)
     with sync_playwright() as driver:
         context = driver.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")),
+            str(profile),
             executable_path=str(CHROMIUM),
             headless=True,
             args=FLAGS,
@@ -141,6 +141,13 @@ def browser(lab, tmp_path_factory):
         )
         yield context
         context.close()
+
+
+@pytest.fixture(scope="module")
+def browser(lab, tmp_path_factory):
+    """:func:`chromium` for the course's JupyterLab."""
+    with chromium(tmp_path_factory.mktemp("chromium-profile")) as context:
+        yield context
 
 
 def open_notebook(browser, lab, path: str):

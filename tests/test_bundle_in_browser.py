@@ -18,15 +18,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from autograder.authoring.bundle import release
 from autograder.course import ROOT, Course, read_notebook
 from test_browser import (
-    CHROMIUM,
-    FLAGS,
     SCREENSHOTS,
     TOKEN,
+    chromium,
     free_port,
     open_notebook,
     press_validate,
@@ -43,18 +41,9 @@ CHECK_TIMEOUT_S = 300
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    """Headless Chromium (the system's) with a fresh profile."""
-    assert CHROMIUM.exists(), "no /usr/bin/chromium: apt-get install chromium chromium-driver (tests/run_tests.sh does)"
-    with sync_playwright() as driver:
-        context = driver.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=FLAGS,
-            viewport={"width": 1400, "height": 1000},
-        )
+    """:func:`test_browser.chromium` for the unpacked bundle's JupyterLab."""
+    with chromium(tmp_path_factory.mktemp("chromium-profile")) as context:
         yield context
-        context.close()
 
 
 def unpacked_bundle(tmp_path: Path, assignment_id: str) -> Path:
@@ -129,7 +118,6 @@ def test_validate_and_the_terminal_check_work_in_the_unpacked_bundle(tmp_path, b
         try:
             page = open_notebook(browser, base, f"{ASSIGNMENT}.ipynb")
             outcome, text = press_validate(page)
-            SCREENSHOTS.mkdir(exist_ok=True)
             page.screenshot(path=str(SCREENSHOTS / f"{ASSIGNMENT}-bundle-{opens}.png"))
         finally:
             for opened in browser.pages[pages:]:

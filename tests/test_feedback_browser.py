@@ -98,7 +98,7 @@ def feedback(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def chromium(tmp_path_factory):
     """Headless Chromium (the system's, never a downloaded one)."""
-    assert CHROMIUM.exists(), "no /usr/bin/chromium: apt-get install chromium chromium-driver (.ci/run does)"
+    assert CHROMIUM.exists(), "no /usr/bin/chromium: apt-get install chromium chromium-driver (tests/run_tests.sh does)"
     with sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
         yield browser
