@@ -111,6 +111,18 @@ class Course:
         return self.notebooks / f"{assignment_id}.ipynb"
 
 
+def write_atomically(target: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``target`` through a temporary file beside it, so that an interrupted run never
+    leaves half a file: ``target`` holds the old text or the new, whole.
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    partial = target.with_name(f".{target.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(target)
+
+
 def hash_files(digest: Any, paths: Iterable[Path], *, root: Path) -> None:
     """Feed each file of ``paths`` into ``digest`` (a ``hashlib`` object): its name (relative to
     ``root`` where it lies there) and its bytes. Folders, missing files and editors' ``.ipynb_checkpoints`` and

@@ -65,7 +65,7 @@ from traitlets.config import Config, PyFileConfigLoader
 from traitlets.utils.importstring import import_item
 
 from . import verdict
-from ..course import Course, die_with_parent
+from ..course import Course, die_with_parent, write_atomically
 from .execute import STORE, Execute, execution_key, folder_files, stored_path
 from .intake.submissions import Submission
 
@@ -286,7 +286,7 @@ class Batch:
                 why = "not stored, its kernel breached its isolation (nbgrader runs it again)"
                 progress(f"{why}: {run.breached[-1]}")
             else:
-                _write_atomically(target, text)
+                write_atomically(target, text)
         finished(name)
 
 
@@ -469,9 +469,3 @@ def _reference_json(root: str, assignment_id: str, sandboxed: bool) -> tuple[str
     """The reference's check records (JSON); the instructor's own code is trusted: never a breach."""
     return json.dumps(verdict.reference_records(Course(Path(root)), assignment_id, sandboxed=sandboxed)), None
 
-
-def _write_atomically(target: Path, text: str) -> None:
-    """Write ``text`` to ``target`` through a temporary file, so an interrupted run never leaves half a file."""
-    partial = target.with_name(f".{target.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(target)

@@ -19,7 +19,7 @@ from pathlib import Path
 from jupyter_core.paths import jupyter_path
 from nbgrader.api import Gradebook, MissingEntry
 
-from ..course import Course, hash_files
+from ..course import Course, hash_files, write_atomically
 from .execute import STORE
 from .verdict import stored_reference
 
@@ -126,9 +126,7 @@ def keep_feedback(course: Course, assignment_id: str, student_id: str, key: str 
         return
     shutil.copytree(folder, kept)
     text = json.dumps({"student": student_id, "assignment": assignment_id, "key": key, "files": _file_digests(kept)})
-    partial = record.with_name(f".{record.name}.partial")
-    partial.write_text(text)
-    partial.replace(record)
+    write_atomically(record, text)
 
 
 def _kept_paths(course: Course, assignment_id: str, student_id: str) -> tuple[Path, Path]:

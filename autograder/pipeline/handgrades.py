@@ -19,7 +19,6 @@ older than this step) nbgrader's rule applies once.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from nbconvert.exporters.exporter import ResourcesDict
@@ -27,6 +26,8 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader import utils
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import SaveAutoGrades
+
+from ..course import write_atomically
 
 ANSWERS_FILE = "gradebook.answers.json"
 """``{"<student>/<assignment>/<notebook>/<grade_id>": checksum}`` of each hand-graded answer at the last autograde."""
@@ -42,9 +43,7 @@ class KeepHandGrades(SaveAutoGrades):
         self.answers_path = Path(CourseDirectory(config=self.config).root) / ANSWERS_FILE
         self.answers = json.loads(self.answers_path.read_text()) if self.answers_path.exists() else {}
         nb, resources = super().preprocess(nb, resources)
-        partial = self.answers_path.with_name(f".{ANSWERS_FILE}.partial")
-        partial.write_text(json.dumps(self.answers, indent=1, sort_keys=True))
-        os.replace(partial, self.answers_path)
+        write_atomically(self.answers_path, json.dumps(self.answers, indent=1, sort_keys=True))
         return nb, resources
 
     def _add_score(self, cell: NotebookNode, resources: ResourcesDict) -> None:

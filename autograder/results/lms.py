@@ -35,7 +35,6 @@ from __future__ import annotations
 import csv
 import html
 import json
-import os
 import re
 import zipfile
 from collections.abc import Iterable
@@ -46,7 +45,7 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 
 from .. import spreadsheet
-from ..course import Course, CourseError
+from ..course import Course, CourseError, write_atomically
 from ..pipeline.intake.roster import Mapping
 from ..pipeline.intake.submissions import Submission
 from .report import MARKED_LATE, gradebook_results
@@ -104,9 +103,7 @@ def remember_identities(
         if reasons is not None:
             record["left_out"] = list(reasons)
         records[f"{assignment_id}/{student_id}"] = record
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(records, indent=1, sort_keys=True))
-    os.replace(partial, path)
+    write_atomically(path, json.dumps(records, indent=1, sort_keys=True))
     return path
 
 

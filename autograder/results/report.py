@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +12,16 @@ from nbgrader.api import Grade, Gradebook, MissingEntry
 from nbgrader.plugins import ExportPlugin
 
 from .. import spreadsheet
-from ..course import Course, cell_labels, grade_id, is_autograder_tests, is_grade, is_solution, read_notebook
+from ..course import (
+    Course,
+    cell_labels,
+    grade_id,
+    is_autograder_tests,
+    is_grade,
+    is_solution,
+    read_notebook,
+    write_atomically,
+)
 from ..pipeline.execute import KERNEL_DIED, NOT_RUN, TIMEOUT
 from ..pipeline.intake.submissions import Submission
 from ..table import columns
@@ -159,9 +167,7 @@ def remember(course: Course, results: list[SubmissionResult]) -> Path:
                 "notes": [note for note in result.notes if not note.endswith(NBGRADER_LATE)],
                 "platform_late": result.platform_late,
             }
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(records, indent=1, sort_keys=True))
-    os.replace(partial, path)
+    write_atomically(path, json.dumps(records, indent=1, sort_keys=True))
     return path
 
 
