@@ -8,7 +8,8 @@ notebook ends with a markdown cell naming its student, so no two are
 identical (the batch would execute identical notebooks once, and real
 students' notebooks differ).
 
-Each side gets its own scratch course directory and gradebook. Timed:
+Each side gets its own scratch course directory and gradebook, the assignments' grade cells recorded in it
+(untimed). Timed:
 
 - **the references**, on their own before the rest: each assignment's
   reference solution executed for its check records, as the batch does the
@@ -27,7 +28,8 @@ Each side gets its own scratch course directory and gradebook. Timed:
   is False), each submission autograded, as soon as it is executed, by one
   nbgrader process with the course's preprocessors;
 - **ours, end to end**: :func:`autograder.grading.grade.grade` of the download as an instructor runs it (intake,
-  autograde, feedback pages, grades.csv and the reports), the references stored;
+  autograde, feedback pages, grades.csv and the reports), the references stored and, as on every side, the
+  assignments' grade cells recorded in the gradebook beforehand (untimed);
 - **ours, a course version's first run**: the same in a course with no stored references, which ``grade`` runs
   while it reads the download.
 
@@ -170,8 +172,8 @@ def benchmark(
         download = write_download(generated_batch(course, students, chosen), Path(scratch) / "download")
         stock, _ = _placed(course, Path(scratch) / "stock", download, chosen, extra_config=stock_config())
         ours, submissions = _placed(course, Path(scratch) / "ours", download, chosen)
-        end_to_end = copy_course(course, Path(scratch) / "end_to_end")
-        first_run = copy_course(course, Path(scratch) / "first_run")
+        end_to_end, _ = _released(course, Path(scratch) / "end_to_end", chosen)
+        first_run, _ = _released(course, Path(scratch) / "first_run", chosen)
         progress(f"the {len(chosen)} reference solutions executed for their check records")
         started = time.monotonic()
         store_references(ours, chosen, **options)
@@ -288,16 +290,24 @@ def scores(course: Course) -> dict[tuple[str, str, str], float]:
     return found
 
 
-def _placed(
-    course: Course, root: Path, download: Path, assignment_ids: list[str], *, extra_config: str = ""
-) -> tuple[Course, list[intake.Submission]]:
-    """A scratch course at ``root`` with the download (of ``assignment_ids``) placed in submitted/ and its
-    gradebook set up, and what was placed."""
+def _released(
+    course: Course, root: Path, assignment_ids: list[str], *, extra_config: str = ""
+) -> tuple[Course, dict[str, nbformat.NotebookNode]]:
+    """A scratch course at ``root`` (``extra_config`` appended to its nbgrader_config.py) with the grade cells of
+    ``assignment_ids`` recorded in its gradebook, as a course's later runs find them, and their release
+    notebooks."""
     scratch = copy_course(course, root)
     if extra_config:
         with (scratch.root / "nbgrader_config.py").open("a") as config:
             config.write(extra_config)
-    releases = {assignment_id: update_gradebook(scratch, assignment_id) for assignment_id in assignment_ids}
+    return scratch, {assignment_id: update_gradebook(scratch, assignment_id) for assignment_id in assignment_ids}
+
+
+def _placed(
+    course: Course, root: Path, download: Path, assignment_ids: list[str], *, extra_config: str = ""
+) -> tuple[Course, list[intake.Submission]]:
+    """:func:`_released`, with the download (of ``assignment_ids``) placed in submitted/, and what was placed."""
+    scratch, releases = _released(course, root, assignment_ids, extra_config=extra_config)
     with intake.opened(download, course=scratch, release=releases.__getitem__) as found:
         for submission in found.submissions:
             intake.place(scratch, submission, release=releases[submission.assignment_id])
