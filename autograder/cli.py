@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         help="grade every sample submission and list each (default: a representative set, a summary)",
     )
     bench_parser = commands.add_parser(
-        "benchmark", help="time stock nbgrader autograde against ours on a generated batch; compare every grade"
+        "benchmark",
+        help="time stock nbgrader autograde and feedback against ours on a generated batch; compare every grade",
     )
     bench_parser.add_argument("--students", type=int, default=4, help="generated students (default 4)")
     bench_parser.add_argument("assignments", nargs="*", help="assignment ids (default: all)")

@@ -15,6 +15,7 @@ from autograder.results.feedback import (
     FeedbackExporter,
     HideHiddenTests,
     UnreadableNote,
+    rendered_markdown,
     secrets,
     shown,
     visible_source,
@@ -203,6 +204,30 @@ def test_feedback_pages_reuse_compiled_templates_and_stay_the_same(monkeypatch):
     plain = stock("lab", page)
     assert compiled_first > 1 and len(compiled.stored) == compiled_first
     assert first == second == plain
+
+
+def test_pages_rendered_one_after_another_are_the_pages_each_renders_alone():
+    """Markdown and code are rendered once per process and kept (every page of an assignment repeats them): a page
+    rendered after others that share its texts is the page rendered first, and two cells of one text whose
+    attachments differ keep their own images."""
+    image = "iVBORw0KGgo="
+
+    def page(attachment: str, code: str) -> nbformat.NotebookNode:
+        text = nbformat.v4.new_markdown_cell("# page $x^2$\n\n![figure](attachment:figure.png)", id="text")
+        text.attachments = {"figure.png": {"image/png": attachment}}
+        return nbformat.v4.new_notebook(cells=[text, nbformat.v4.new_code_cell(code, id="code")])
+
+    rendered_markdown.cache_clear()
+    alone = {name: FeedbackExporter(template_name="classic").from_notebook_node(page(name, "x = 1"))[0]
+             for name in (image, image + "AA")}
+    rendered_markdown.cache_clear()
+    after = {name: FeedbackExporter(template_name="classic").from_notebook_node(page(name, "x = 1"))[0]
+             for name in (image, image + "AA")}
+    assert after == alone and alone[image] != alone[image + "AA"]
+    assert f"data:image/png;base64,{image}AA" in after[image + "AA"]
+    assert rendered_markdown.cache_info().hits == 0 and rendered_markdown.cache_info().misses == 2
+    again, _ = FeedbackExporter(template_name="classic").from_notebook_node(page(image, "x = 1"))
+    assert again == alone[image] and rendered_markdown.cache_info().hits == 1
 
 
 def stock(template: str, notebook) -> str:

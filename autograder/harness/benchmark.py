@@ -1,4 +1,4 @@
-"""Stage ``benchmark``: our autograde against stock ``nbgrader autograde``, same batch, same machine, one run.
+"""Stage ``benchmark``: our grading against stock nbgrader's, same batch, same machine, one run.
 
 The batch: ``students`` generated students, each submitting all the course's
 notebooks; for every assignment, even-numbered students hand in the reference
@@ -8,27 +8,34 @@ notebook ends with a markdown cell naming its student, so no two are
 identical (the batch would execute identical notebooks once, and real
 students' notebooks differ).
 
-Each side gets its own scratch course directory, gradebook and the same
-placed submissions (set up untimed). Timed:
+Each side gets its own scratch course directory and gradebook, the assignments' grade cells recorded in it
+(untimed). Timed:
 
-- **stock**: ``nbgrader autograde "*"`` with nbgrader's own autograde
-  preprocessors and ``Execute`` (kernels as plain processes, graceful
-  shutdown), one notebook at a time, and the course's verdict step
-  (:class:`autograder.pipeline.verdict.CompareRecords`) right after ``Execute``:
-  the course's hidden tests hand the kernel no expected value, so nbgrader alone
-  cannot judge them; the verdict reads the same stored reference records as ours;
-- **ours**: what ``grade`` does for the same result
-  (:class:`autograder.grading.session.Passes` without feedback): the
-  batch (:mod:`autograder.pipeline.batch`, kernels in the sandbox unless ``isolated``
-  is False), each submission autograded, as soon as it is executed, by one
-  nbgrader process with the course's preprocessors;
-- **the references**, timed on their own before both: each assignment's
+- **the references**, on their own before the rest: each assignment's
   reference solution executed for its check records, as the batch does the
   first time it grades a version of source/ and ``checks.py`` (it stores them,
   :func:`autograder.pipeline.verdict.stored_reference`, and every later run reuses
-  them); both sides then read them. The report gives the ratio with and without them.
+  them); the sides below that need them read the same stored records;
+- **stock autograde**: ``nbgrader autograde "*"`` over the placed submissions (placed untimed) with nbgrader's
+  own autograde preprocessors and ``Execute`` (kernels as plain processes, graceful shutdown), one notebook at a
+  time, and the course's verdict step (:class:`autograder.pipeline.verdict.CompareRecords`) right after
+  ``Execute``: the course's hidden tests hand the kernel no expected value, so nbgrader alone cannot judge them;
+- **stock feedback**: then ``nbgrader generate_feedback "*"`` with nbgrader's own feedback preprocessors and
+  nbconvert's ``HTMLExporter`` as nbgrader configures it;
+- **ours, autograde**: what ``grade`` does for the autograde alone
+  (:class:`autograder.grading.session.Passes` without feedback, over the same placed submissions): the
+  batch (:mod:`autograder.pipeline.batch`, kernels in the sandbox unless ``isolated``
+  is False), each submission autograded, as soon as it is executed, by one
+  nbgrader process with the course's preprocessors;
+- **ours, end to end**: :func:`autograder.grading.grade.grade` of the download as an instructor runs it (intake,
+  autograde, feedback pages, grades.csv and the reports), the references stored and, as on every side, the
+  assignments' grade cells recorded in the gradebook beforehand (untimed);
+- **ours, a course version's first run**: the same in a course with no stored references, which ``grade`` runs
+  while it reads the download.
 
-Then every grade cell's score in the two gradebooks is compared.
+The report gives stock's time over ours for the autograde, end to end (stock's autograde plus feedback), and for
+a first run (stock's end to end plus the reference runs it reads). Then every grade cell's score in the
+gradebooks is compared, and every submission must have a feedback page on each side.
 """
 
 from __future__ import annotations
@@ -46,11 +53,11 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.api import Gradebook
-from nbgrader.converters import Autograde
+from nbgrader.converters import Autograde, GenerateFeedback
 
 from ..pipeline import batch
 from ..pipeline.intake import submissions as intake
-from ..grading import session
+from ..grading import grade, session
 from ..pipeline import verdict
 from ..course import Course, CourseError, copy_course, nbgrader_failure, run_nbgrader
 from ..pipeline.releases import update_gradebook
@@ -60,13 +67,21 @@ from ..authoring.samples import Sample, samples, write_download
 def stock_config() -> str:
     """Appended to the stock side's nbgrader_config.py: nbgrader's own default autograde preprocessors (read
     from nbgrader itself), the course's verdict right after ``Execute`` (without it no hidden check is judged),
-    and ``Execute``'s default graceful kernel shutdown."""
+    ``Execute``'s default graceful kernel shutdown, and nbgrader's own feedback: its default preprocessors and
+    nbconvert's ``HTMLExporter`` with none of the course's (which hide the hidden tests and sanitise the page)."""
     defaults = Autograde.class_traits()["autograde_preprocessors"].default()
     names = [f"{preprocessor.__module__}.{preprocessor.__name__}" for preprocessor in defaults]
     after = next(n for n, preprocessor in enumerate(defaults) if preprocessor.__name__ == "Execute") + 1
     names.insert(after, f"{verdict.CompareRecords.__module__}.{verdict.CompareRecords.__name__}")
-    return f"\n# benchmark: stock nbgrader autograde\nc.Autograde.autograde_preprocessors = {names!r}\n" + (
+    feedback = [f"{p.__module__}.{p.__name__}" for p in GenerateFeedback.class_traits()["preprocessors"].default()]
+    return (
+        f"\n# benchmark: stock nbgrader autograde and generate_feedback\n"
+        f"c.Autograde.autograde_preprocessors = {names!r}\n"
         'c.Execute.shutdown_kernel = "graceful"\n'
+        f"c.GenerateFeedback.preprocessors = {feedback!r}\n"
+        'c.GenerateFeedback.exporter_class = "nbconvert.exporters.HTMLExporter"\n'
+        "c.HTMLExporter.preprocessors = []\n"
+        "c.HTMLExporter.sanitize_html = False\n"
     )
 
 
@@ -74,33 +89,62 @@ def stock_config() -> str:
 class BenchmarkResult:
     notebooks: int
     stock_seconds: float
+    """Stock ``nbgrader autograde``."""
+    stock_feedback_seconds: float
+    """Stock ``nbgrader generate_feedback`` after it."""
     ours_seconds: float
+    """Our autograde alone, the references stored."""
+    end_to_end_seconds: float
+    """Our ``grade`` of the download, the references stored."""
+    first_run_seconds: float
+    """Our ``grade`` of the download in a course with no stored references."""
     reference_seconds: float
     """Executing the assignments' reference solutions (stored by ours' first run of a course version)."""
     references: int
     differences: list[str]
-    """``student/assignment/grade_id: stock X, ours Y`` for every grade cell scored differently (empty: identical)."""
+    """``student/assignment/grade_id: stock X, ours Y`` for every grade cell scored differently by any side (empty:
+    identical), and ``side: no feedback page for student/assignment`` for every page missing."""
 
     @property
     def ratio(self) -> float:
-        """Stock's time over ours, the references already stored (every run after a course version's first)."""
+        """Stock's autograde time over ours, the references already stored."""
         return self.stock_seconds / self.ours_seconds
 
     @property
+    def end_to_end_ratio(self) -> float:
+        """Stock's autograde and feedback time over our ``grade``'s, the references already stored (every run
+        after a course version's first)."""
+        return (self.stock_seconds + self.stock_feedback_seconds) / self.end_to_end_seconds
+
+    @property
     def first_run_ratio(self) -> float:
-        """Stock's time over ours, each with the reference runs both need (a course version's first run)."""
-        return (self.stock_seconds + self.reference_seconds) / (self.ours_seconds + self.reference_seconds)
+        """Stock's autograde and feedback time, with the reference runs its verdict reads, over our ``grade``'s in a
+        course with none stored (a course version's first run)."""
+        return (self.stock_seconds + self.stock_feedback_seconds + self.reference_seconds) / self.first_run_seconds
 
     def report(self) -> str:
         per = self.notebooks or 1
+
+        def line(name: str, seconds: float, note: str = "") -> str:
+            return f"{name:<38}{seconds:7.1f} s ({seconds / per:.2f} s per notebook){note}"
+
+        stock_end_to_end = self.stock_seconds + self.stock_feedback_seconds
         lines = [
             f"notebooks graded: {self.notebooks}",
-            f"stock nbgrader autograde: {self.stock_seconds:7.1f} s ({self.stock_seconds / per:.2f} s per notebook)",
-            f"ours (batch + autograde): {self.ours_seconds:7.1f} s ({self.ours_seconds / per:.2f} s per notebook), "
-            "references stored",
-            f"the {self.references} reference runs:   {self.reference_seconds:7.1f} s (a course version's first run)",
-            f"ratio stock/ours: {self.ratio:.2f}x; with the reference runs {self.first_run_ratio:.2f}x",
-            "grades identical: " + ("yes" if not self.differences else f"NO, {len(self.differences)} differ"),
+            line("stock nbgrader autograde:", self.stock_seconds),
+            line("stock nbgrader generate_feedback:", self.stock_feedback_seconds),
+            line("ours, autograde (batch + autograde):", self.ours_seconds, ", references stored"),
+            line("ours, end to end (grade):", self.end_to_end_seconds, ", references stored"),
+            line("ours, a course version's first run:", self.first_run_seconds, ", no references stored"),
+            f"the {self.references} reference runs alone:           {self.reference_seconds:7.1f} s",
+            f"ratio stock/ours, autograde:  {self.ratio:.2f}x",
+            f"ratio stock/ours, end to end: {self.end_to_end_ratio:.2f}x "
+            f"({stock_end_to_end:.1f} s / {self.end_to_end_seconds:.1f} s)",
+            f"ratio stock/ours, first run:  {self.first_run_ratio:.2f}x "
+            f"({stock_end_to_end + self.reference_seconds:.1f} s with the reference runs"
+            f" / {self.first_run_seconds:.1f} s)",
+            "grades identical, every feedback page there: "
+            + ("yes" if not self.differences else f"NO, {len(self.differences)} differences"),
         ]
         return "\n".join(lines + self.differences[:20])
 
@@ -114,45 +158,91 @@ def benchmark(
     isolated: bool = True,
     progress: Callable[[str], None] = lambda line: None,
 ) -> BenchmarkResult:
-    """Grade the generated batch of the assignments ``assignment_ids`` (default: all) both ways (see the module
+    """Grade the generated batch of the assignments ``assignment_ids`` (default: all) every way (see the module
     docstring) and compare.
 
     Raises:
-        CourseError: ``students`` < 1, no such assignment, or nbgrader fails on either side.
+        CourseError: ``students`` < 1, no such assignment, or nbgrader or ``grade`` fails on any side.
     """
     if students < 1:
         raise CourseError("the benchmark needs at least one student")
     chosen = course.chosen(assignment_ids)
+    options = {"isolated": isolated, "workers": workers}
     with tempfile.TemporaryDirectory(prefix="autograder-benchmark-") as scratch:
         download = write_download(generated_batch(course, students, chosen), Path(scratch) / "download")
         stock, _ = _placed(course, Path(scratch) / "stock", download, chosen, extra_config=stock_config())
         ours, submissions = _placed(course, Path(scratch) / "ours", download, chosen)
+        end_to_end, _ = _released(course, Path(scratch) / "end_to_end", chosen)
+        first_run, _ = _released(course, Path(scratch) / "first_run", chosen)
         progress(f"the {len(chosen)} reference solutions executed for their check records")
         started = time.monotonic()
-        store_references(ours, chosen, isolated=isolated, workers=workers)
+        store_references(ours, chosen, **options)
         reference_seconds = time.monotonic() - started
-        for assignment_id in chosen:  # the same records for the stock side's verdict
-            stored = verdict.stored_reference(stock, assignment_id)
-            stored.parent.mkdir(parents=True, exist_ok=True)
-            stored.write_bytes(verdict.stored_reference(ours, assignment_id).read_bytes())
+        for assignment_id in chosen:  # the same records for the stock side's verdict and our end to end
+            for other in (stock, end_to_end):
+                stored = verdict.stored_reference(other, assignment_id)
+                stored.parent.mkdir(parents=True, exist_ok=True)
+                stored.write_bytes(verdict.stored_reference(ours, assignment_id).read_bytes())
         progress(f"stock nbgrader autograde of {students} students x {len(chosen)} notebooks")
-        started = time.monotonic()
-        process = run_nbgrader(stock, "autograde", "*")
-        if process.returncode != 0:
-            raise nbgrader_failure(process, "stock nbgrader autograde")
-        stock_seconds = time.monotonic() - started
+        stock_seconds = _timed_nbgrader(stock, "autograde")
+        progress("stock nbgrader generate_feedback")
+        stock_feedback_seconds = _timed_nbgrader(stock, "generate_feedback")
         progress("ours: the batch, each submission autograded by one nbgrader process as soon as it is executed")
         started = time.monotonic()
-        with session.Passes(ours, isolated=isolated, workers=workers, feedback=False) as nbgrader:
+        with session.Passes(ours, feedback=False, **options) as nbgrader:
             nbgrader.run(submissions, progress=progress)
         ours_seconds = time.monotonic() - started
-        stock_scores, our_scores = scores(stock), scores(ours)
-    differences = [
-        f"{'/'.join(key)}: stock {stock_scores.get(key)}, ours {our_scores.get(key)}"
-        for key in sorted(stock_scores.keys() | our_scores.keys())
-        if stock_scores.get(key) != our_scores.get(key)
+        progress("ours, end to end: grade")
+        started = time.monotonic()
+        grade.grade(end_to_end, download, **options)
+        end_to_end_seconds = time.monotonic() - started
+        progress("ours, a course version's first run: grade with no stored references")
+        started = time.monotonic()
+        grade.grade(first_run, download, **options)
+        first_run_seconds = time.monotonic() - started
+        sides = {"stock": stock, "ours": ours, "end to end": end_to_end, "first run": first_run}
+        differences = _score_differences({name: scores(side) for name, side in sides.items()})
+        differences += [
+            f"{name}: no feedback page for {student}/{assignment}"
+            for name, side in sides.items()
+            if name != "ours"  # our autograde alone makes none
+            for (student, assignment) in sorted({(s.student_id, s.assignment_id) for s in submissions})
+            if not list((side.root / "feedback" / student / assignment).glob("*.html"))
+        ]
+    return BenchmarkResult(
+        notebooks=len(submissions),
+        stock_seconds=stock_seconds,
+        stock_feedback_seconds=stock_feedback_seconds,
+        ours_seconds=ours_seconds,
+        end_to_end_seconds=end_to_end_seconds,
+        first_run_seconds=first_run_seconds,
+        reference_seconds=reference_seconds,
+        references=len(chosen),
+        differences=differences,
+    )
+
+
+def _timed_nbgrader(course: Course, command: str) -> float:
+    """Seconds ``nbgrader COMMAND "*"`` took in ``course``.
+
+    Raises:
+        CourseError: it failed (its log is quoted).
+    """
+    started = time.monotonic()
+    process = run_nbgrader(course, command, "*")
+    if process.returncode != 0:
+        raise nbgrader_failure(process, f"stock nbgrader {command}")
+    return time.monotonic() - started
+
+
+def _score_differences(sides: dict[str, dict[tuple[str, str, str], float]]) -> list[str]:
+    """``student/assignment/grade_id: stock X, ours Y, ...`` for every grade cell the sides score differently."""
+    keys = sorted(set().union(*sides.values()))
+    return [
+        "/".join(key) + ": " + ", ".join(f"{name} {found.get(key)}" for name, found in sides.items())
+        for key in keys
+        if len({found.get(key) for found in sides.values()}) > 1
     ]
-    return BenchmarkResult(len(submissions), stock_seconds, ours_seconds, reference_seconds, len(chosen), differences)
 
 
 def store_references(course: Course, assignment_ids: list[str], *, isolated: bool, workers: int | None) -> None:
@@ -200,16 +290,24 @@ def scores(course: Course) -> dict[tuple[str, str, str], float]:
     return found
 
 
-def _placed(
-    course: Course, root: Path, download: Path, assignment_ids: list[str], *, extra_config: str = ""
-) -> tuple[Course, list[intake.Submission]]:
-    """A scratch course at ``root`` with the download (of ``assignment_ids``) placed in submitted/ and its
-    gradebook set up, and what was placed."""
+def _released(
+    course: Course, root: Path, assignment_ids: list[str], *, extra_config: str = ""
+) -> tuple[Course, dict[str, nbformat.NotebookNode]]:
+    """A scratch course at ``root`` (``extra_config`` appended to its nbgrader_config.py) with the grade cells of
+    ``assignment_ids`` recorded in its gradebook, as a course's later runs find them, and their release
+    notebooks."""
     scratch = copy_course(course, root)
     if extra_config:
         with (scratch.root / "nbgrader_config.py").open("a") as config:
             config.write(extra_config)
-    releases = {assignment_id: update_gradebook(scratch, assignment_id) for assignment_id in assignment_ids}
+    return scratch, {assignment_id: update_gradebook(scratch, assignment_id) for assignment_id in assignment_ids}
+
+
+def _placed(
+    course: Course, root: Path, download: Path, assignment_ids: list[str], *, extra_config: str = ""
+) -> tuple[Course, list[intake.Submission]]:
+    """:func:`_released`, with the download (of ``assignment_ids``) placed in submitted/, and what was placed."""
+    scratch, releases = _released(course, root, assignment_ids, extra_config=extra_config)
     with intake.opened(download, course=scratch, release=releases.__getitem__) as found:
         for submission in found.submissions:
             intake.place(scratch, submission, release=releases[submission.assignment_id])

@@ -42,15 +42,17 @@ arrays of whole numbers are not secrets (an answer ``"a"`` of four choices, or
 itself); an encoding the student makes up (base64 of ``In``) and a secret
 spread over the outputs of several cells are not recognised.
 
-Pages are rendered by :class:`FeedbackExporter` (nbconvert's ``HTMLExporter``, its compiled templates kept for
-the next page), which runs nothing a student wrote and fetches nothing (:mod:`autograder.results.safehtml`: markdown
-sanitised after it is rendered, a Content-Security-Policy with no script and no request, math drawn as images
-instead of by MathJax), its summary names each grade cell by its task, and a re-run keeps the pages of an earlier
+Pages are rendered by :class:`FeedbackExporter` (nbconvert's ``HTMLExporter``, its compiled templates, and
+the markdown and code that every page of an assignment repeats, kept for the next page), which runs nothing a
+student wrote and fetches nothing (:mod:`autograder.results.safehtml`: markdown sanitised after it is rendered, a
+Content-Security-Policy with no script and no request, math drawn as images instead of by MathJax), its summary
+names each grade cell by its task, and a re-run keeps the pages of an earlier
 one made from the same inputs (:mod:`autograder.pipeline.feedbackstore`).
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -410,6 +412,54 @@ def named_summary(page: str, labels: dict[str, str]) -> str:
     return page[: summary.start()] + SUMMARY_ENTRY.sub(named, summary.group(0)) + page[summary.end() :]
 
 
+@dataclass(frozen=True)
+class MarkdownOptions:
+    """What a markdown text's HTML depends on besides the text (:meth:`FeedbackExporter.markdown2html`): the
+    cell's attachments (as sorted JSON), the exporter's ``embed_images``, the notebook's folder (read only when
+    images are embedded), its anchor-link settings and its ``lexer_options`` (as sorted JSON)."""
+
+    attachments: str
+    embed_images: bool
+    path: str
+    anchor_link_text: str
+    exclude_anchor_links: bool
+    lexer_options: str
+
+
+@functools.lru_cache(maxsize=8192)
+def rendered_markdown(source: str, options: MarkdownOptions) -> str:
+    """``source`` (markdown) as sanitised HTML, math as images (see :meth:`FeedbackExporter.markdown2html`). Kept
+    per process: every page of an assignment shows the same instructions, and rendering them (mistune, then the
+    sanitiser) was most of a page's CPU."""
+    renderer = MathImages(
+        escape=False,
+        attachments=json.loads(options.attachments),
+        embed_images=options.embed_images,
+        path=options.path,
+        anchor_link_text=options.anchor_link_text,
+        exclude_anchor_links=options.exclude_anchor_links,
+        **json.loads(options.lexer_options),
+    )
+    return clean(MarkdownWithMath(renderer=renderer).render(source))
+
+
+class CachedHighlight(Highlight2HTML):
+    """nbconvert's ``highlight_code`` filter (``Highlight2HTML``), each distinct input highlighted once per process:
+    the given code and the visible tests are the same on every page of an assignment."""
+
+    def __call__(self, source: str, language: str | None = None, metadata: dict | None = None) -> str:
+        magics = (metadata or {}).get("magics_language")
+        options = json.dumps(self.extra_formatter_options, sort_keys=True)
+        return _highlighted(source, language or self.pygments_lexer, magics, options)
+
+
+@functools.lru_cache(maxsize=8192)
+def _highlighted(source: str, language: str, magics_language: str | None, formatter_options: str) -> str:
+    metadata = {"magics_language": magics_language} if magics_language else None
+    highlighter = Highlight2HTML(pygments_lexer=language, extra_formatter_options=json.loads(formatter_options))
+    return highlighter(source, language, metadata)
+
+
 class FeedbackExporter(HTMLExporter):
     """nbconvert's ``HTMLExporter`` for ``nbgrader generate_feedback`` (``GenerateFeedback.exporter_class`` in
     nbgrader_config.py), for less CPU a page and the same page as a browser reads it:
@@ -440,17 +490,17 @@ class FeedbackExporter(HTMLExporter):
     def markdown2html(self, context: jinja2.runtime.Context, source: str) -> str:
         """``HTMLExporter.markdown2html`` of nbconvert 7.17 (attachments as ``data:`` images) with math drawn as
         images (:class:`autograder.results.safehtml.MathImages`), its HTML sanitised by
-        :func:`autograder.results.safehtml.clean`."""
-        renderer = MathImages(
-            escape=False,
-            attachments=context.get("cell", {}).get("attachments", {}),
+        :func:`autograder.results.safehtml.clean`; each distinct input rendered once per process
+        (:func:`rendered_markdown`)."""
+        options = MarkdownOptions(
+            attachments=json.dumps(context.get("cell", {}).get("attachments", {}), sort_keys=True),
             embed_images=self.embed_images,
-            path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+            path=context.get("resources", {}).get("metadata", {}).get("path", "") if self.embed_images else "",
             anchor_link_text=self.anchor_link_text,
             exclude_anchor_links=self.exclude_anchor_links,
-            **self.lexer_options,
+            lexer_options=json.dumps(self.lexer_options, sort_keys=True),
         )
-        return clean(MarkdownWithMath(renderer=renderer).render(source))
+        return rendered_markdown(source, options)
 
     def _create_environment(self) -> jinja2.Environment:
         environment = super()._create_environment()
@@ -466,7 +516,7 @@ class FeedbackExporter(HTMLExporter):
         the notebook's own headings) and the page's policy added (:func:`autograder.results.safehtml.with_policy`)."""
         language = nb.metadata.get("language_info", {})
         lexer = language.get("pygments_lexer", language.get("name", None))
-        highlight_code = self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self))
+        highlight_code = self.filters.get("highlight_code", CachedHighlight(pygments_lexer=lexer, parent=self))
         resources = self._init_resources(resources)
         nbgrader = resources.get("nbgrader")
         if nbgrader and "notebook" in nbgrader:  # nbgrader's template writes it unescaped: it sees an escaped copy
