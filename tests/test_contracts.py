@@ -538,6 +538,24 @@ def autograd_float64(X, W, b):
     return loss.detach(), dW, db
 
 
+@given(data=st.data(), n=st.integers(1, 5))
+def test_neuron_grads_are_the_chain_rule_and_leave_the_inputs_alone(t04, data, n):
+    dtype = data.draw(st.sampled_from(FLOATS))
+    x, w = (data.draw(tensors(shape=(n,), dtypes=(dtype,))) for _ in range(2))
+    b = data.draw(tensors(shape=(), dtypes=(dtype,)))
+    w_before, b_before = w.clone(), b.clone()
+    loss, grad_w, grad_b = t04.neuron_grads(x, w, b)
+    z = (x.double() * w.double()).sum() + b.double()  # section 1.4: dL/dw = 2 z x, dL/db = 2 z
+    for got, want in zip((loss, grad_w, grad_b), (z**2, 2 * z * x.double(), 2 * z)):
+        assert got.dtype == dtype and got.shape == want.shape and not got.requires_grad
+        if dtype in (torch.float32, torch.float64):
+            torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-3)
+    assert not w.requires_grad and not b.requires_grad and w.grad is None and b.grad is None
+    assert torch.equal(w, w_before) and torch.equal(b, b_before)
+    meta = t04.neuron_grads(x.to(META), w.to(META), b.to(META))
+    assert [t.device for t in meta] == [META] * 3 and [t.shape for t in meta] == [(), (n,), ()]
+
+
 @given(layer=linear_layers())
 def test_linear_grads_numpy_are_autograd_grads(t04, layer):
     X, W, b = layer
