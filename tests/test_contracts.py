@@ -538,6 +538,24 @@ def autograd_float64(X, W, b):
     return loss.detach(), dW, db
 
 
+@given(data=st.data(), n=st.integers(1, 5))
+def test_neuron_grads_are_the_chain_rule_and_leave_the_inputs_alone(t04, data, n):
+    dtype = data.draw(st.sampled_from(FLOATS))
+    x, w = (data.draw(tensors(shape=(n,), dtypes=(dtype,))) for _ in range(2))
+    b = data.draw(tensors(shape=(), dtypes=(dtype,)))
+    w_before, b_before = w.clone(), b.clone()
+    loss, grad_w, grad_b = t04.neuron_grads(x, w, b)
+    z = (x.double() * w.double()).sum() + b.double()  # section 1.4: dL/dw = 2 z x, dL/db = 2 z
+    for got, want in zip((loss, grad_w, grad_b), (z**2, 2 * z * x.double(), 2 * z)):
+        assert got.dtype == dtype and got.shape == want.shape and not got.requires_grad
+        if dtype in (torch.float32, torch.float64):
+            torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-3)
+    assert not w.requires_grad and not b.requires_grad and w.grad is None and b.grad is None
+    assert torch.equal(w, w_before) and torch.equal(b, b_before)
+    meta = t04.neuron_grads(x.to(META), w.to(META), b.to(META))
+    assert [t.device for t in meta] == [META] * 3 and [t.shape for t in meta] == [(), (n,), ()]
+
+
 @given(layer=linear_layers())
 def test_linear_grads_numpy_are_autograd_grads(t04, layer):
     X, W, b = layer
@@ -871,6 +889,17 @@ def test_sgd_step_updates_in_place_and_clears(t06, data, lr, count):
     assert meta.grad is None or meta.grad.device == META
 
 
+SGD_RUNS = dict(
+    n=st.integers(1, 7),
+    d=st.integers(1, 3),
+    epochs=st.integers(0, 3),
+    batch_size=st.integers(1, 9),
+    seed=st.integers(0, 50),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+"""The small SGD runs the contracts of fit_sgd and fit_sgd_module draw: any batch size against any n, float32 or 64."""
+
+
 def sgd_by_the_text(X, y, lr, epochs, batch_size, seed):
     """The procedure the task's text fixes, written out: a fresh randperm every epoch, the short batch kept."""
     n, d = X.shape
@@ -885,7 +914,7 @@ def sgd_by_the_text(X, y, lr, epochs, batch_size, seed):
     return w
 
 
-@given(n=st.integers(1, 7), d=st.integers(1, 3), epochs=st.integers(0, 3), batch_size=st.integers(1, 9), seed=st.integers(0, 50), dtype=st.sampled_from([torch.float32, torch.float64]))
+@given(**SGD_RUNS)
 def test_fit_sgd_follows_the_procedure(t06, n, d, epochs, batch_size, seed, dtype):
     gen = torch.Generator().manual_seed(seed + 1000)
     X, y = torch.rand(n, d, generator=gen, dtype=dtype), torch.rand(n, generator=gen, dtype=dtype)
@@ -895,6 +924,24 @@ def test_fit_sgd_follows_the_procedure(t06, n, d, epochs, batch_size, seed, dtyp
     torch.testing.assert_close(result.double(), sgd_by_the_text(X, y, 0.1, epochs, batch_size, seed), rtol=tol, atol=tol)
     with pytest.raises(ValueError):
         t06.fit_sgd(X, y[:-1] if n > 1 else y.unsqueeze(0), lr=0.1, epochs=1, batch_size=1)
+
+
+@given(**SGD_RUNS)
+def test_fit_sgd_module_takes_the_steps_of_fit_sgd(t06, n, d, epochs, batch_size, seed, dtype):
+    gen = torch.Generator().manual_seed(seed + 2000)
+    X, y = torch.rand(n, d, generator=gen, dtype=dtype), torch.rand(n, generator=gen, dtype=dtype)
+    model = t06.fit_sgd_module(X, y, lr=0.1, epochs=epochs, batch_size=batch_size, seed=seed)
+    assert isinstance(model, torch.nn.Module)
+    assert [(name, p.shape, p.dtype) for name, p in model.named_parameters()] == [("weight", (1, d), dtype)]
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    expected = sgd_by_the_text(X, y, 0.1, epochs, batch_size, seed)
+    torch.testing.assert_close(model.weight.detach()[0].double(), expected, rtol=tol, atol=tol)
+    predictions = X.double() @ model.weight.detach().double().T
+    torch.testing.assert_close(model(X).detach().double(), predictions, rtol=tol, atol=tol)
+    with pytest.raises(ValueError):
+        t06.fit_sgd_module(X, y[:-1] if n > 1 else y.unsqueeze(0), lr=0.1, epochs=1, batch_size=1)
+    meta = t06.fit_sgd_module(X.to(META), y.to(META), lr=0.1, epochs=epochs, batch_size=batch_size, seed=seed)
+    assert meta.weight.device == META and meta.weight.shape == (1, d)
 
 
 # =========================================================================== 07_hvp_challenge

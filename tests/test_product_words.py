@@ -187,3 +187,41 @@ HONEST = [
 @pytest.mark.parametrize("text", HONEST)
 def test_honest_text_has_no_finding(text):
     assert findings(text) == []
+
+
+OUTSIDE_TEXT = re.compile(r"\b(?:original\s+)?lessons?(?:'s)?\b", re.IGNORECASE)
+"""A "lesson" in a notebook's text: the course is made of assignments and notebooks, so the word can only point
+at a text the students never get (the notebooks must each stand on their own)."""
+
+
+def outside_text_mentions(notebook: Path) -> list[str]:
+    """Each cell of ``notebook`` whose source speaks of a lesson, as ``cell N: 'words matched'`` (N from 1)."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    mentions = []
+    for number, cell in enumerate(cells, start=1):
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        mentions += [f"cell {number}: {match.group(0)!r}" for match in OUTSIDE_TEXT.finditer(source)]
+    return mentions
+
+
+def test_no_source_notebook_refers_to_a_text_students_never_see():
+    notebooks = sorted((ROOT / "source").glob("*/*.ipynb"))
+    assert len(notebooks) == 7
+    problems = [f"{path.relative_to(ROOT)} {mention}" for path in notebooks for mention in outside_text_mentions(path)]
+    assert not problems, "notebook text that refers to a lesson students do not have:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "phrase",
+    [
+        "The less" "on claims a fixed percentage; there is none.",
+        "in the layout of the less" "on's \"Expected output\"",
+        "as the original Less" "on says",
+        "the lab that closes the less" "ons",
+    ],
+)
+def test_the_notebook_check_finds_a_planted_lesson(phrase, tmp_path):
+    notebook = tmp_path / "planted.ipynb"
+    cells = [{"cell_type": "markdown", "source": ["Honest text.\n"]}, {"cell_type": "markdown", "source": [phrase]}]
+    notebook.write_text(json.dumps({"cells": cells}), encoding="utf-8")
+    assert [mention.split(":")[0] for mention in outside_text_mentions(notebook)] == ["cell 2"]
