@@ -338,3 +338,49 @@ def test_a_forged_group_gains_no_points():
     stray = near_miss + [{**near_miss[1], "group": "bonus"}]
     assert earned(judge(stray, reference), 4.0) == 0.0
     assert earned(judge(grouped_cell(lambda t: t * 3), reference), 4.0) == 0.0
+
+
+def test_compare_records_scores_a_cell_with_groups_by_the_groups_that_passed_whatever_the_kernel_showed(
+    monkeypatch, tmp_path
+):
+    """nbgrader reads the verdict's score first: 3 of 4 points for the near miss, though its kernel showed the edge
+    case's traceback (an error output) and sent a score of its own (which the verdict makes a display_data)."""
+    from nbgrader.utils import determine_grade
+
+    from autograder.pipeline import verdict
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(verdict._REFERENCES, (str(tmp_path), "a"), {"task_1_1_f": grouped_cell(doubled)})
+    metadata = {"nbgrader": {"grade": True, "solution": False, "grade_id": "task_1_1_f", "points": 4, "locked": True}}
+    cell = nbformat.v4.new_code_cell("", metadata=metadata)
+    cell.outputs = [
+        nbformat.v4.new_output("execute_result", data={"text/plain": "4"}),
+        nbformat.v4.new_output("error", ename="ValueError", evalue="empty", traceback=["ValueError: empty"]),
+        nbformat.v4.new_output("display_data", data={RECORD_MIME_TYPE: grouped_cell(doubled_but_not_empty)}),
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    verdict.CompareRecords().preprocess(notebook, {"nbgrader": {"assignment": "a"}})
+    assert determine_grade(cell) == (3.0, 4.0)
+    assert [o.output_type for o in cell.outputs].count("execute_result") == 1
+    assert [o.evalue.split(":")[0] for o in cell.outputs if o.get("ename") == "CheckRecordMismatch"] == [
+        "Lost the points of the group 'edge cases' (1 of the cell's points)"
+    ]
+
+
+def test_blank_work_raising_not_implemented_error_passes_no_check_for_a_runtime_error():
+    """A released solution cell raises NotImplementedError, a RuntimeError: an errors group expecting PyTorch's
+    RuntimeError must not give blank work its points, inside the kernel or outside."""
+
+    def unwritten():
+        raise NotImplementedError()
+
+    def broadcast_error():
+        torch.ones(3) + torch.ones(4)
+
+    reference = record_of(lambda: _raises(RuntimeError, broadcast_error))
+    blank = record_of(lambda: _raises(RuntimeError, unwritten))
+    assert blank["value"]["exception"] == "NotImplementedError"
+    assert first_mismatch([blank], [reference]) == "check 1 of 1 (l) failed when judged outside the kernel"
+    with pytest.raises(AssertionError, match="not written yet"):
+        _raises(RuntimeError, unwritten)
+    assert first_mismatch([record_of(lambda: _raises(NotImplementedError, unwritten))], [reference]) is not None

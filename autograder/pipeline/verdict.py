@@ -94,6 +94,10 @@ def checks_constant(name: str) -> Any:
 RECORD_MIME_TYPE: str = checks_constant("RECORD_MIME_TYPE")
 """The MIME type of a check record in a cell's outputs (:data:`checks.RECORD_MIME_TYPE`)."""
 
+UNWRITTEN: str = checks_constant("_UNWRITTEN")
+"""The exception a released solution cell raises, which passes no ``raises`` check that does not name it
+(``checks._UNWRITTEN``): it is a ``RuntimeError``, and blank work must not earn an errors group's points."""
+
 MISMATCH = "CheckRecordMismatch"
 """``ename`` of the error output the verdict adds to a cell it fails."""
 
@@ -302,7 +306,9 @@ def passes(check: str, value: Any, expected: Any, rule: dict[str, Any]) -> bool 
         if not isinstance(value, dict) or not isinstance(value.get("mro"), list):
             return False
         match = rule.get("match")
-        return bool(set(expected) & set(value["mro"])) and (match is None or match in str(value.get("message")))
+        unwritten = value.get("exception") == UNWRITTEN and UNWRITTEN not in expected
+        accepted = bool(set(expected) & set(value["mro"])) and not unwritten
+        return accepted and (match is None or match in str(value.get("message")))
     if check == "equal" and _is_array(value) and _is_array(expected):
         a, b = _array(value), _array(expected)
         if (a["dtype"], a["shape"]) != (b["dtype"], b["shape"]):
