@@ -49,3 +49,26 @@ def load(assignment_id: str) -> types.ModuleType:
         else:
             sys.modules["checks"] = saved
     return module
+
+
+def records_of_tests(assignment_id: str, tests_grade_id: str, *, solution: str | None = None) -> list[dict]:
+    """The check records that the autograder-tests cell ``tests_grade_id`` (visible and hidden tests) makes in a copy
+    of :func:`load`'s namespace, after ``solution`` (a solution cell's whole source: a sample answer) if given.
+
+    A failed check stops the cell, as in a kernel: the records made up to it are returned; the grader's verdict
+    (``verdict.first_mismatch``) then judges them against the reference's.
+    """
+    module = load(assignment_id)
+    notebook = read_notebook(ROOT / "source" / assignment_id / f"{assignment_id}.ipynb")
+    cell = next(cell for cell in notebook.cells if grade_id(cell) == tests_grade_id)
+    records = module.check_equal.__globals__["records"]
+    namespace, start = dict(module.__dict__), len(records)
+    if solution is not None:
+        exec(compile(solution, f"{assignment_id}:sample", "exec"), namespace)
+    try:
+        exec(compile(strip_markers(cell.source), f"{assignment_id}:{tests_grade_id}", "exec"), namespace)
+    except AssertionError:
+        pass
+    made = records[start:]
+    del records[start:]
+    return made

@@ -347,3 +347,32 @@ def test_check_of_one_assignment_names_a_repeated_grade_id_and_build_keeps_the_r
 def test_check_refuses_an_assignment_the_course_does_not_have(course_copy, capsys):
     assert main(["--course", str(course_copy.root), "check", "01_tensor"]) == 2
     assert "no assignment 01_tensor in" in capsys.readouterr().err
+
+
+def test_check_names_groups_whose_points_do_not_sum_to_the_cells_or_that_raise_on_the_reference():
+    from autograder.authoring.check import group_problem
+    from autograder.kernel import checks
+
+    def executed(points, *groups):
+        checks.records.clear()
+        for name, group_points, error in groups:
+            with checks.check_group(name, points=group_points):
+                checks.check_equal(1, 1, label=name)
+                if error:
+                    raise error("on the reference")
+        cell = make_tests_cell("task_1_1_f", points=points)
+        cell.outputs = [nbformat.v4.new_output("display_data", data={checks.RECORD_MIME_TYPE: list(checks.records)})]
+        checks.records.clear()
+        return cell
+
+    assert group_problem(executed(3, ("main behaviour", 2, None), ("edge cases", 1, None))) is None
+    assert group_problem(executed(1)) is None
+    assert group_problem(executed(4, ("main behaviour", 2, None), ("edge cases", 1, None))) == (
+        "has groups whose points ('main behaviour' 2, 'edge cases' 1) sum to 3, not the cell's 4 points"
+    )
+    assert group_problem(executed(2, ("main behaviour", 1, None), ("main behaviour", 2, None))) == (
+        "declares group 'main behaviour' with different points"
+    )
+    assert group_problem(executed(2, ("main behaviour", 2, KeyError))) == (
+        "raises KeyError in group 'main behaviour' on the reference"
+    )

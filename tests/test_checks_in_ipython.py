@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.kernel.checks import JUDGED_LINE, PASSED_LINE, RECORD_MIME_TYPE
+from autograder.kernel.checks import GROUPS_FAILED_LINE, JUDGED_LINE, PASSED_LINE, RECORD_MIME_TYPE
 from autograder.course import CHECKS_MODULE
 
 CELLS = [
@@ -19,6 +19,8 @@ CELLS = [
     "print('no checks here')",
     "def f():\n    assert False, 'my own assert'\nf()",
     "check_equal(x, x, label='visible')\ncheck_equal(x + 1, label='hidden, judged by the grader')",
+    "with check_group('edge cases', points=1):\n    check_equal(x, x + 1, label='edge')\n"
+    "with check_group('errors', points=2):\n    check_equal(x, x, label='after')",
 ]
 
 
@@ -65,17 +67,33 @@ def test_the_students_own_frames_stay_in_the_traceback(executed):
 def test_only_a_cell_whose_checks_all_pass_says_so(executed):
     """A cell with checks given no expected value (hidden tests) says only that the others passed."""
     said = ["".join(o.text for o in c.outputs if o.output_type == "stream") for c in executed.cells]
-    assert said == ["", "", "", PASSED_LINE + "\n", "no checks here\n", "", JUDGED_LINE + "\n"]
+    assert said == ["", "", "", PASSED_LINE + "\n", "no checks here\n", "", JUDGED_LINE + "\n", GROUPS_FAILED_LINE + " edge cases\n"]
 
 
 def test_a_cells_records_are_one_output_in_order_after_the_cells_own_and_kept_when_it_raises(executed):
     """One ``display_data`` per cell that checked, after its other outputs, holding the cell's records in order:
     the raising cell's record of the check that failed is there too (the verdict judges it outside)."""
     published = [[o for o in c.outputs if RECORD_MIME_TYPE in o.get("data", {})] for c in executed.cells]
-    assert [len(outputs) for outputs in published] == [0, 1, 1, 1, 0, 0, 1]
+    assert [len(outputs) for outputs in published] == [0, 1, 1, 1, 0, 0, 1, 1]
     labels = [[r["label"] for r in outputs[0].data[RECORD_MIME_TYPE]] for outputs in published if outputs]
     hidden = ["visible", "hidden, judged by the grader"]
-    assert labels == [["x after f(x)"], ["f(-1) raises"], ["x close", "shape"], hidden]
+    grouped = ["edge", "edge cases", "after", "errors"]
+    assert labels == [["x after f(x)"], ["f(-1) raises"], ["x close", "shape"], hidden, grouped]
     assert all(o.output_type == "display_data" and o.data["text/plain"] == "" for c in published for o in c)
     passed = executed.cells[3].outputs
     assert [o.output_type for o in passed] == ["display_data", "stream"]  # the records, then the passed line
+
+
+def test_a_group_that_raises_shows_the_students_line_and_the_later_groups_run(executed):
+    """The failed check's traceback is an error output as a raising cell's is, but the cell goes on: the next group's
+    check is recorded, and each group's record says whether its block raised."""
+    cell = executed.cells[7]
+    text = traceback_text(cell)
+    assert "checks.py" not in text and "contextlib" not in text
+    assert [line for line in text.splitlines() if line.startswith(("Cell In", "File "))] == ["Cell In[8], line 2"]
+    records = next(o for o in cell.outputs if RECORD_MIME_TYPE in o.get("data", {})).data[RECORD_MIME_TYPE]
+    assert [(r["check"], r.get("group")) for r in records] == [
+        ("equal", "edge cases"), ("group", None), ("equal", "errors"), ("group", None)
+    ]
+    assert [r["value"] for r in records if r["check"] == "group"] == [{"raised": {"exception": "AssertionError"}}, {"raised": None}]
+    assert [r["rule"]["points"] for r in records if r["check"] == "group"] == [1, 2]

@@ -22,7 +22,9 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reference_solutions import load
+from autograder.authoring.samples import variants
+from autograder.pipeline.verdict import first_mismatch
+from reference_solutions import load, records_of_tests
 
 settings.register_profile(
     "contracts",
@@ -492,6 +494,21 @@ def test_break_even_size_refuses_what_it_says(t03, which, bad):
     rates = {"cpu_gflops": 100.0, "gpu_gflops": 20_000.0, "bandwidth_gbs": 12.0, which: bad}
     with pytest.raises(ValueError):
         t03.break_even_size(torch.float32, **rates)
+
+
+def valid_alternative(assignment_id, name):
+    """The source of the valid alternative ``name`` of ``tests/submissions/<assignment_id>.toml``."""
+    return next(table["source"] for kind, table in variants(assignment_id) if (kind, table["name"]) == ("valid", name))
+
+
+def test_break_even_size_keeps_its_points_computed_per_flop(t03):
+    # The tie written with the seconds saved per FLOP rounds otherwise than the reference's form: no test may sit on
+    # rates where the two times tie exactly, which float rounding alone decides.
+    alternative = valid_alternative("03_devices", "break_even_size_time_per_flop")
+    reference = records_of_tests("03_devices", "task_3_2_break_even_size")
+    assert len(reference) > 40
+    graded = records_of_tests("03_devices", "task_3_2_break_even_size", solution=alternative)
+    assert first_mismatch(graded, reference) is None
 
 
 size_tables = st.dictionaries(st.integers(1, 8), st.lists(st.integers(1, 6).map(float), min_size=1, max_size=4), max_size=6)

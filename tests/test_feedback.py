@@ -301,3 +301,20 @@ def test_the_page_of_a_file_that_could_not_be_read_begins_by_saying_so_and_why()
 def test_a_readable_notebook_gets_no_note():
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# page")])
     assert UnreadableNote().preprocess(copy.deepcopy(notebook), {})[0] == notebook
+
+
+def test_a_cell_with_groups_shows_its_score_and_names_each_failed_group():
+    """The verdict's score of a test cell with groups (its only execute_result) reads as a line, and its error for a
+    failed group names the group and what failed, as it is."""
+    from autograder.pipeline.verdict import score_output
+
+    lost = (
+        "Lost the points of the group 'edge cases' (1 of the cell's points): "
+        "A hidden test failed: f(a hidden case) (check 1 of 1, judged outside the kernel)"
+    )
+    cell = feedback_cell(
+        [score_output(1), nbformat.v4.new_output("error", ename=MISMATCH, evalue=lost, traceback=[lost])]
+    )
+    assert [o.output_type for o in cell.outputs] == ["stream", "error"]
+    assert cell.outputs[0].text == "Points from the groups of checks that passed: 1\n"
+    assert cell.outputs[1].traceback == [lost]

@@ -85,11 +85,12 @@ def test_the_default_demo_grades_a_wrong_answer_per_graded_cell_one_valid_altern
         hostile = [s.student_id for s in every if s.student_id.startswith(("hostile_", "stops_", "escape_"))]
         assert [i for i in ids if i.startswith(("hostile_", "stops_", "escape_"))] == hostile
         wrong = [s for s in chosen if s.student_id.startswith("wrong_")]
-        graded = [name for name, points in every[0].expected.items() if points > 0]
-        shown = [n for n in graded if any(s.expected[n] == 0 for s in every if s.student_id.startswith("wrong_"))]
-        assert all(any(s.expected[name] == 0 for s in wrong) for name in shown)
-        # no wrong answer is chosen whose lost cells an earlier chosen one already showed
+        full = every[0].expected
+        graded = [name for name, points in full.items() if points > 0]
+        shown = [n for n in graded if any(s.expected[n] < full[n] for s in every if s.student_id.startswith("wrong_"))]
+        assert all(any(s.expected[name] < full[name] for s in wrong) for name in shown)
+        # no wrong answer is chosen whose cells losing points an earlier chosen one already showed
         for position, sample in enumerate(wrong):
-            lost = {name for name in graded if sample.expected[name] == 0}
-            assert lost - {name for s in wrong[:position] for name in graded if s.expected[name] == 0}
+            lost = {name for name in graded if sample.expected[name] < full[name]}
+            assert lost - {name for s in wrong[:position] for name in graded if s.expected[name] < full[name]}
         assert len(chosen) < len(every)

@@ -266,3 +266,121 @@ def test_the_grader_reads_the_record_type_of_checks_py_without_importing_torch()
     code = f"import sys, {modules}, {preprocessors}; {shown_names}"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert shown.split() == [checks.RECORD_MIME_TYPE, "False"]
+
+
+def grouped_cell(answer):
+    """The records of a test cell with a visible check and three groups (2, 1 and 1 points) of hidden checks of
+    ``answer(t)``, whose edge case raises for ``answer`` that cannot take an empty tensor."""
+    checks.records.clear()
+    try:
+        check_equal(answer(x), x * 2, label="visible")
+    except AssertionError:  # stops the cell, as in a kernel
+        made = list(checks.records)
+        checks.records.clear()
+        return made
+    with checks.check_group("main behaviour", points=2):
+        check_equal(answer(x), label="main")
+    with checks.check_group("edge cases", points=1):
+        check_equal(answer(torch.zeros(0)), label="empty")
+    with checks.check_group("errors", points=1):
+        with check_raises(TypeError, label="a list raises TypeError"):
+            answer([1.0])
+    made = list(checks.records)
+    checks.records.clear()
+    return made
+
+
+def doubled(t):
+    if type(t) is not torch.Tensor:
+        raise TypeError("a tensor, please")
+    return t * 2
+
+
+def doubled_but_not_empty(t):
+    if type(t) is torch.Tensor and t.numel() == 0:
+        raise ValueError("empty")
+    return doubled(t)
+
+
+def test_a_group_that_raises_loses_its_points_only_and_the_later_groups_run(capsys):
+    from autograder.pipeline.verdict import earned, judge
+
+    reference = grouped_cell(doubled)
+    near_miss = grouped_cell(doubled_but_not_empty)
+    assert [r["group"] for r in near_miss if r["check"] != "group" and "group" in r] == ["main behaviour", "errors"]
+    assert "ValueError: empty" in capsys.readouterr().out  # the traceback is shown, on stdout
+    verdicts = judge(near_miss, reference)
+    assert [(v.name, v.points, v.problem is None) for v in verdicts] == [
+        (None, 0.0, True),
+        ("main behaviour", 2.0, True),
+        ("edge cases", 1.0, False),
+        ("errors", 1.0, True),
+    ]
+    assert verdicts[2].problem.startswith("Lost the points of the group 'edge cases' (1 of the cell's points)")
+    assert earned(verdicts, 4.0) == 3.0
+    assert earned(judge(reference, reference), 4.0) == 4.0
+    assert first_mismatch(reference, reference) is None
+
+
+def test_a_forged_group_gains_no_points():
+    """Points come from the reference's group records: a kernel that claims more points, renames a group, moves a
+    record into another group or says a group ran when it did not gains nothing."""
+    from autograder.pipeline.verdict import earned, judge
+
+    reference = grouped_cell(doubled)
+    near_miss = grouped_cell(doubled_but_not_empty)
+    claims_more = [{**r, "rule": {"kind": "group", "points": 100}} if r["check"] == "group" else r for r in near_miss]
+    assert earned(judge(claims_more, reference), 4.0) == 3.0
+    without_failure = [{**r, "value": {"raised": None}} if r["check"] == "group" else r for r in near_miss]
+    assert earned(judge(without_failure, reference), 4.0) == 3.0  # the edge case's check is still missing
+    moved = [{**r, "group": "edge cases"} if r.get("label") == "main" else r for r in near_miss]
+    assert earned(judge(moved, reference), 4.0) == 1.0
+    stray = near_miss + [{**near_miss[1], "group": "bonus"}]
+    assert earned(judge(stray, reference), 4.0) == 0.0
+    assert earned(judge(grouped_cell(lambda t: t * 3), reference), 4.0) == 0.0
+
+
+def test_compare_records_scores_a_cell_with_groups_by_the_groups_that_passed_whatever_the_kernel_showed(
+    monkeypatch, tmp_path
+):
+    """nbgrader reads the verdict's score first: 3 of 4 points for the near miss, though its kernel showed the edge
+    case's traceback (an error output) and sent a score of its own (which the verdict makes a display_data)."""
+    from nbgrader.utils import determine_grade
+
+    from autograder.pipeline import verdict
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(verdict._REFERENCES, (str(tmp_path), "a"), {"task_1_1_f": grouped_cell(doubled)})
+    metadata = {"nbgrader": {"grade": True, "solution": False, "grade_id": "task_1_1_f", "points": 4, "locked": True}}
+    cell = nbformat.v4.new_code_cell("", metadata=metadata)
+    cell.outputs = [
+        nbformat.v4.new_output("execute_result", data={"text/plain": "4"}),
+        nbformat.v4.new_output("error", ename="ValueError", evalue="empty", traceback=["ValueError: empty"]),
+        nbformat.v4.new_output("display_data", data={RECORD_MIME_TYPE: grouped_cell(doubled_but_not_empty)}),
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    verdict.CompareRecords().preprocess(notebook, {"nbgrader": {"assignment": "a"}})
+    assert determine_grade(cell) == (3.0, 4.0)
+    assert [o.output_type for o in cell.outputs].count("execute_result") == 1
+    assert [o.evalue.split(":")[0] for o in cell.outputs if o.get("ename") == "CheckRecordMismatch"] == [
+        "Lost the points of the group 'edge cases' (1 of the cell's points)"
+    ]
+
+
+def test_blank_work_raising_not_implemented_error_passes_no_check_for_a_runtime_error():
+    """A released solution cell raises NotImplementedError, a RuntimeError: an errors group expecting PyTorch's
+    RuntimeError must not give blank work its points, inside the kernel or outside."""
+
+    def unwritten():
+        raise NotImplementedError()
+
+    def broadcast_error():
+        torch.ones(3) + torch.ones(4)
+
+    reference = record_of(lambda: _raises(RuntimeError, broadcast_error))
+    blank = record_of(lambda: _raises(RuntimeError, unwritten))
+    assert blank["value"]["exception"] == "NotImplementedError"
+    assert first_mismatch([blank], [reference]) == "check 1 of 1 (l) failed when judged outside the kernel"
+    with pytest.raises(AssertionError, match="not written yet"):
+        _raises(RuntimeError, unwritten)
+    assert first_mismatch([record_of(lambda: _raises(NotImplementedError, unwritten))], [reference]) is not None

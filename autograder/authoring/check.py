@@ -56,7 +56,7 @@ from ..course import (
     task_headings,
 )
 from ..pipeline.reference import NBVAL_RAISES, marked, reference_cells
-from ..pipeline.verdict import cell_records
+from ..pipeline.verdict import cell_records, is_group_end
 
 
 def check(course: Course, *, assignment_ids: list[str] | None = None) -> list[str]:
@@ -435,7 +435,29 @@ def reference_findings(course: Course, assignment_id: str, *, fix: str = RUN_BUI
             )
         elif is_autograder_tests(cell) and any(r.get("version") != RECORD_VERSION for r in cell_records(cell)):
             findings.append(f"{where}: test cell {grade_id(cell)} holds old check records; {fix}")
+        elif is_autograder_tests(cell) and (problem := group_problem(cell)):
+            findings.append(f"{where}: test cell {grade_id(cell)} {problem}")
     return findings
+
+
+def group_problem(cell: nbformat.NotebookNode) -> str | None:
+    """What is wrong with the groups (``checks.check_group``) of an executed autograder-tests cell of the reference, by
+    its records (``None`` when nothing is, or it has no groups): a group declared twice with different points, a
+    group whose block raised on the reference, groups whose points do not sum to the cell's points."""
+    declared: dict[str, set[float]] = {}
+    for record in filter(is_group_end, cell_records(cell)):
+        declared.setdefault(record["label"], set()).add(float(record["rule"]["points"]))
+        if record["value"]["raised"] is not None:
+            return f"raises {record['value']['raised']['exception']} in group {record['label']!r} on the reference"
+    if not declared:
+        return None
+    if twice := [name for name, points in declared.items() if len(points) > 1]:
+        return f"declares group {twice[0]!r} with different points"
+    total, points = sum(min(p) for p in declared.values()), float(cell.metadata["nbgrader"]["points"])
+    if total != points:
+        names = ", ".join(f"{name!r} {min(p):g}" for name, p in declared.items())
+        return f"has groups whose points ({names}) sum to {total:g}, not the cell's {points:g} points"
+    return None
 
 
 def first_difference(

@@ -6,6 +6,8 @@ Wrong answers live in ``tests/submissions/<assignment_id>.toml``, one
     name = "one_hot_int64"                 # what it shows; the student id is wrong_<name>
     cell = "task_1_1_one_hot_solution"     # grade_id of the solution cell it replaces
     loses = ["task_1_1_one_hot"]           # test cells that must score 0; every other keeps full marks
+                                           # ("task_2_2_unravel_position/edge cases and errors": only that group
+                                           # of checks of a test cell with groups loses its points)
     mistake = "why a student writes this, and why it is wrong"
     source = '''def one_hot(...): ...'''    # the cell's whole new source
 
@@ -62,6 +64,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..pipeline.verdict import cell_records, is_group_end
 from ..course import (
     ROOT,
     Course,
@@ -114,6 +117,7 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
         if is_solution(cell):
             cell.source = solutions[grade_id(cell)]
     points = {grade_id(c): float(c.metadata["nbgrader"]["points"]) for c in source.cells if is_autograder_tests(c)}
+    groups = group_points(course, assignment_id)
     manual = {grade_id(c): 0.0 for c in source.cells if is_grade(c) and is_solution(c)}
     found = [
         Sample("reference", assignment_id, reference, {**points, **manual}),
@@ -122,7 +126,7 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
     for kind, variant in variants(assignment_id, root=samples_root(course)):
         what = f"{kind} {variant['name']!r} of {assignment_id}"
         loses = variant.get("loses", [])
-        unknown = [name for name in loses if name not in points]
+        unknown = [name for name in loses if name not in points and name not in groups]
         if kind == "valid" and loses:
             raise CourseError(f"{what} is a valid alternative but loses {loses}")
         if kind not in ("valid", "leaks", "html") and not loses:
@@ -136,6 +140,9 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
         if "first_cell" in variant:
             notebook.cells.insert(0, nbformat.v4.new_code_cell(variant["first_cell"].strip("\n")))
         expected = {name: (0.0 if name in loses else score) for name, score in points.items()}
+        for lost in set(loses) & set(groups):
+            cell = lost.partition("/")[0]
+            expected[cell] = max(0.0, expected[cell] - groups[lost])
         status = variant.get("status", "review" if kind == "hostile" else "ok")
         found.append(
             Sample(
@@ -147,6 +154,21 @@ def samples(course: Course, assignment_id: str) -> list[Sample]:
                 variant.get("task_status", {}),
             )
         )
+    return found
+
+
+def group_points(course: Course, assignment_id: str) -> dict[str, float]:
+    """``{"<grade_id>/<group name>": points}`` for each group of checks (``checks.check_group``) of the test cells
+    of an assignment, as the reference notebook's records declare them (``notebooks/<id>.ipynb``, which
+    ``autograder check`` keeps in step with source/; none when it is missing)."""
+    path = course.reference_notebook(assignment_id)
+    if not path.exists():
+        return {}
+    found: dict[str, float] = {}
+    for cell in read_notebook(path).cells:
+        if is_autograder_tests(cell):
+            for record in filter(is_group_end, cell_records(cell)):
+                found.setdefault(f"{grade_id(cell)}/{record['label']}", float(record["rule"]["points"]))
     return found
 
 

@@ -72,7 +72,7 @@ def representative(course: Course, assignment_id: str) -> list[Sample]:
     """The samples the default demo grades for one assignment (a subset of
     :func:`autograder.authoring.samples.samples`).
 
-    The reference, the unchanged release, for each graded test cell the first wrong answer that loses it
+    The reference, the unchanged release, for each graded test cell the first wrong answer that loses points of it
     (unless one already chosen does), the first valid alternative, and every sample of ``tests/hostile/``
     (hostile, kernel-stopping, escaping), in the order :func:`~autograder.authoring.samples.samples` gives them.
     """
@@ -81,9 +81,10 @@ def representative(course: Course, assignment_id: str) -> list[Sample]:
     kept = [s for s in found if s.student_id.startswith(("reference", "unchanged_release", *HOSTILE_PREFIXES))]
     kept += [s for s in found if s.student_id.startswith("valid_")][:1]
     wrong = [s for s in found if s.student_id.startswith("wrong_")]
+    full = found[0].expected
     for name in graded:
-        if not any(s.expected[name] == 0 for s in kept if s in wrong):
-            kept += [s for s in wrong if s.expected[name] == 0][:1]
+        if not any(s.expected[name] < full[name] for s in kept if s in wrong):
+            kept += [s for s in wrong if s.expected[name] < full[name]][:1]
     return [s for s in found if s in kept]
 
 

@@ -36,8 +36,9 @@ Record format (JSON object, one per check, in the order the checks ran)::
 
     {
       "version": 4,
-      "check": "close" | "equal" | "shape" | "dtype" | "device" | "raises" | "shares_memory",
+      "check": "close" | "equal" | "shape" | "dtype" | "device" | "raises" | "shares_memory" | "group",
       "label": "<what the test checked, as written in the test>",
+      "group": "<the name of the group (see check_group()) the check was made in; absent outside one>",
       "type": "<exact type of the object checked: float, tuple, torch.Tensor, numpy.float64, ...>",
       "value": <the checked value, encoded as below>,
       "expected": <what the check expected, encoded as below; absent when the check was given none>,
@@ -57,6 +58,8 @@ Per check: ``shape`` records shapes as tuples; ``dtype`` dtypes as strings
 (``"torch.float32"``, or NumPy's ``"float32"``); ``device`` device strings
 (an expected ``"cuda"`` matches any index); ``close`` both sides as tensors
 (as :func:`check_close` converts them; ``type`` keeps what the value was);
+``group`` (one record when a :func:`check_group` block ends, after its checks' records: its label is the group's
+name, its value ``{"raised": {"exception": name} | None}``, its rule ``{"kind": "group", "points": float}``);
 ``raises`` the exception raised as ``{"exception": name, "mro": [names of its
 classes], "message": text | None}`` (or ``None``) against a list of accepted
 exception names; ``shares_memory`` booleans.
@@ -93,8 +96,10 @@ depends only on the standard library, NumPy, PyTorch and (optionally) IPython.
 from __future__ import annotations
 
 import contextlib
+import linecache
 import math
 import os
+import sys
 import types
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -308,6 +313,8 @@ def _record(
         "type": type_name(checked),
         "value": {"refused": reason} if reason is not None else value if encoded else encode_value(value),
     }
+    if _groups:
+        record["group"] = _groups[-1]
     if expected is not REFERENCE:
         record["expected"] = encode_value(expected)
     record["rule"] = rule
@@ -642,7 +649,8 @@ def check_raises(
 ) -> Iterator[None]:
     """Check that the ``with`` block raises ``expected``.
 
-    ``match``, if given, must occur in the exception's message.
+    ``match``, if given, must occur in the exception's message. A ``NotImplementedError`` (what a released solution
+    cell raises) passes only when ``expected`` names it, although it is a ``RuntimeError``.
 
     Raises:
         AssertionError: the block raised nothing, or another exception, or
@@ -656,6 +664,8 @@ def check_raises(
         yield
     except expected as error:
         _record("raises", label, None, _raised(error), [e.__name__ for e in accepted], rule, encoded=True)
+        if _TYPE_NAME(type(error)) == _UNWRITTEN and not any(e.__name__ == _UNWRITTEN for e in accepted):
+            raise _fail(label, f"expected {names}, but the function is not written yet ({_UNWRITTEN})") from None
         if match is not None and match not in str(_message(error)):
             raise _fail(label, f"raised {type(error).__name__} as expected, but its message lacks {match!r}") from None
         return
@@ -664,6 +674,10 @@ def check_raises(
         raise _fail(label, f"expected {names}, but {_TYPE_NAME(type(error))} was raised: {_message(error)}") from None
     _record("raises", label, None, None, [e.__name__ for e in accepted], rule)
     raise _fail(label, f"expected {names}, but nothing was raised")
+
+
+_UNWRITTEN = "NotImplementedError"
+"""What a released solution cell raises: never the error a test expects, though it is a ``RuntimeError``."""
 
 
 def _raised(error: BaseException) -> dict[str, Any]:
@@ -744,6 +758,96 @@ def check_shares_memory(actual: Any, other: Any, *, label: str, expected: bool =
         raise _fail(label, "the result is a copy, but it must be a view of the input's memory (no copy)")
 
 
+# --------------------------------------------------------------------------- groups
+
+_groups: list[str] = []
+"""The names of the groups open now, innermost last (groups do not nest: at most one)."""
+_failed_groups: list[str] = []
+"""The groups of the cell running now (IPython) whose block raised."""
+
+
+@contextlib.contextmanager
+def check_group(name: str, *, points: float) -> Iterator[None]:
+    """Declare the checks made in the ``with`` block one group of a test cell, worth ``points`` of its points.
+
+    A test cell worth more than one point splits its hidden checks into named groups (its main behaviour, its
+    edge cases, its errors); the grader gives each group's points when all of its checks pass, judged outside the
+    kernel against the reference solution's records, with the points the reference run declared (never the
+    student's). Each record made in the block carries ``"group": name``; when the block ends, one ``group``
+    record says whether it raised. An exception raised in the block (a failed visible check, a student's error)
+    ends the block, not the cell: its traceback is shown (to stdout outside IPython: never stderr) and the next
+    groups still run. ``KeyboardInterrupt`` and ``SystemExit`` are not caught.
+
+    Raises:
+        ValueError: the group is opened inside another one, or ``points`` is not a positive number (mistakes in
+            the test).
+    """
+    __tracebackhide__ = True  # the traceback of an exception it catches leads with the student's line
+    if _groups:
+        raise ValueError(f"group {name!r} opened inside group {_groups[-1]!r}: groups do not nest")
+    if type(points) not in (int, float) or not points > 0:
+        raise ValueError(f"group {name!r}: points must be a positive number, got {points!r}")
+    _groups.append(name)
+    raised = None
+    try:
+        yield
+    except Exception as error:
+        raised = {"exception": _TYPE_NAME(type(error))}
+        _show(error)
+    finally:
+        _groups.pop()
+        records.append(
+            {
+                "version": RECORD_VERSION,
+                "check": "group",
+                "label": name,
+                "type": "group",
+                "value": {"raised": raised},
+                "rule": {"kind": "group", "points": points},
+            }
+        )
+    if raised is not None:
+        _failed_groups.append(name)
+
+
+def _show(error: BaseException) -> None:
+    """Show the traceback of an exception a group caught as IPython shows one that ends a cell: a frame per line
+    of the cell and of the student's functions (``Cell In[8], line 2``, with the lines before it), without the
+    checks' own frames; outside IPython, print it to stdout.
+
+    Written out because IPython numbers a frame by the line it is at now, and a cell's frame has moved on to the
+    ``with`` statement when the group catches the exception; a traceback keeps the line that raised."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        shell = None
+    else:
+        shell = get_ipython()
+    name = _TYPE_NAME(type(error))
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        frame, line = tb.tb_frame, tb.tb_lineno
+        if not frame.f_locals.get("__tracebackhide__") and frame.f_code.co_filename != contextlib.__file__:
+            filename = frame.f_code.co_filename
+            cell = shell.compile.format_code_name(filename) if shell is not None else None
+            where = f"{cell[0]} {cell[1]}, line {line}" if cell else (
+                f"File {filename}:{line}, in {frame.f_code.co_name}"
+            )
+            context = [
+                f"{'---->' if number == line else '     '} {number} {linecache.getline(filename, number).rstrip()}"
+                for number in range(max(1, line - 2), line + 1)
+            ]
+            frames.append("\n".join([where, *context]))
+        tb = tb.tb_next
+    message = _message(error)
+    stb = [f"{'-' * 75}\n{name:<40}Traceback (most recent call last)", *frames, f"{name}: {message or ''}"]
+    if shell is None:
+        print("\n".join(stb))
+    else:
+        shell._showtraceback(type(error), error, stb)
+
+
 # --------------------------------------------------------------------------- IPython
 
 
@@ -753,6 +857,9 @@ PASSED_LINE = "All checks in this cell passed."
 JUDGED_LINE = "The checks given an expected value passed; the grader judges the others."
 """Printed instead of :data:`PASSED_LINE` after a cell that ran without failing when some of its checks were given
 no expected value (hidden tests: the kernel cannot know whether those pass)."""
+
+GROUPS_FAILED_LINE = "Groups of checks that raised (their points are lost; the later groups ran):"
+"""Printed, with their names, after a cell in which some :func:`check_group` caught an exception."""
 
 _records_before_cell = 0
 
@@ -779,18 +886,22 @@ def _hide_check_frames(shell: Any, etype: type, value: BaseException, tb: Any, t
 def _count_records(info: Any) -> None:
     global _records_before_cell
     _records_before_cell = len(records)
+    _failed_groups.clear()
 
 
 def _end_cell(result: Any) -> None:
-    """After a cell: its records as one output (see the module docstring), then, if it raised nothing, the passed
-    line (:data:`JUDGED_LINE` if some check was given no expected value)."""
+    """After a cell: its records as one output (see the module docstring), then the groups that raised
+    (:data:`GROUPS_FAILED_LINE`) or, if none did and the cell raised nothing, the passed line (:data:`JUDGED_LINE` if
+    some check was given no expected value)."""
     made = records[_records_before_cell:]
     if not made:
         return
     from IPython.display import display
 
     display({"text/plain": "", RECORD_MIME_TYPE: made}, raw=True)
-    if result.success:
+    if _failed_groups:
+        print(f"{GROUPS_FAILED_LINE} {', '.join(_failed_groups)}")
+    elif result.success:
         print(PASSED_LINE if all("expected" in record for record in made) else JUDGED_LINE)
 
 

@@ -29,6 +29,14 @@ left for nbgrader to read is errors and stderr only, in any order, and a
 failed verdict is an error. The score of a test cell is full marks with no
 error and no stderr, else 0, whatever else the kernel sent and in what order.
 
+Partial credit: a test cell may split its checks into named groups with points each (``checks.check_group``; the
+course author declares them in the test cell, so the reference run's records carry them). :func:`judge` then
+judges each group on its own, and the cell's first output becomes an ``execute_result`` holding the points of
+the groups that passed (:func:`score_output`), which nbgrader reads before any error; each failed group adds an
+error naming it. The points come from the reference's records only: a kernel that forges a group's records can
+claim no more points than the reference declared, and only for checks whose values it knows. A test cell with
+groups that wrote to stderr keeps nbgrader's 0.
+
 A test cell whose reference run records nothing is left to nbgrader's own
 verdict (``autograder check`` reports such cells), its execute_results made
 display_data all the same. What this cannot stop: a
@@ -53,6 +61,7 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +93,10 @@ def checks_constant(name: str) -> Any:
 
 RECORD_MIME_TYPE: str = checks_constant("RECORD_MIME_TYPE")
 """The MIME type of a check record in a cell's outputs (:data:`checks.RECORD_MIME_TYPE`)."""
+
+UNWRITTEN: str = checks_constant("_UNWRITTEN")
+"""The exception a released solution cell raises, which passes no ``raises`` check that does not name it
+(``checks._UNWRITTEN``): it is a ``RuntimeError``, and blank work must not earn an errors group's points."""
 
 MISMATCH = "CheckRecordMismatch"
 """``ename`` of the error output the verdict adds to a cell it fails."""
@@ -134,8 +147,97 @@ def stored_reference(course: Course, assignment_id: str) -> Path:
     return course.root / STORE / f"reference-{assignment_id}-{digest}.json"
 
 
+GROUP_LOST = "Lost the points of the group"
+"""How the verdict's message for a failed group of checks (``checks.check_group``) begins; the feedback page shows it as
+it is."""
+
+
+@dataclass(frozen=True)
+class GroupVerdict:
+    """The verdict on one group of a test cell's checks (``checks.check_group``), or on the checks outside groups."""
+
+    name: str | None
+    """The group's name as the reference run declared it; ``None`` for the checks made outside any group."""
+    points: float
+    """The group's points as the reference run declared them (never as the student's kernel claims); 0 for the
+    checks outside groups, which every group needs: when one of them fails, the cell scores 0."""
+    problem: str | None
+    """Why the group failed (its message begins :data:`GROUP_LOST` for a named group); ``None`` when it passed."""
+
+
+def is_group_end(record: Any) -> bool:
+    """Whether ``record`` is the one ``checks.check_group`` makes when a group's block ends."""
+    return isinstance(record, dict) and record.get("check") == "group"
+
+
+def _by_group(records: list[Any]) -> tuple[dict[Any, list[Any]], dict[Any, list[Any]]]:
+    """``({group name or None: its check records}, {group name: its group-end records})``, each list in order."""
+    checks: dict[Any, list[Any]] = {None: []}
+    ends: dict[Any, list[Any]] = {}
+    for record in records:
+        if is_group_end(record):
+            ends.setdefault(record.get("label"), []).append(record)
+        else:
+            group = record.get("group") if isinstance(record, dict) else None
+            checks.setdefault(group if isinstance(group, str) else None, []).append(record)
+    return checks, ends
+
+
+def judge(student: list[Any], reference: list[Any]) -> list[GroupVerdict]:
+    """The verdict on each group of a test cell: first the checks made outside groups, then each group the reference
+    run declared (``checks.check_group``), in its order.
+
+    The records of each group are judged as a cell's are (:func:`first_mismatch`) against the reference's records
+    of the same group: a student's group passes when all its checks pass and each of its blocks ran to its end
+    without an exception. Points come from the reference's group records only. A student's record in a group the
+    reference has not fails the checks outside groups (whose failure costs every group), as does any missing,
+    extra or failing record made outside groups. A cell without groups gets one verdict (``name`` ``None``).
+    """
+    wanted, wanted_ends = _by_group(reference)
+    found, found_ends = _by_group(student)
+    strays = [name for name in found if name is not None and name not in wanted]
+    outside = _first_mismatch(found[None], wanted[None])
+    if outside is None and strays:
+        outside = f"check records in group(s) the tests do not make: {', '.join(map(repr, strays))}"
+    verdicts = [GroupVerdict(None, 0.0, outside)]
+    for name, ends in wanted_ends.items():
+        points = float(ends[0]["rule"]["points"])
+        problem = _first_mismatch(found.get(name, []), wanted.get(name, []))
+        raised = [end["value"]["raised"] for end in found_ends.get(name, []) if _raised(end)]
+        if problem is None and raised:
+            problem = f"an exception ended it ({raised[0].get('exception')})"
+        elif problem is None and len(found_ends.get(name, [])) != len(ends):
+            problem = "it did not run to its end"
+        if problem is not None:
+            problem = f"{GROUP_LOST} {name!r} ({points:g} of the cell's points): {problem}"
+        verdicts.append(GroupVerdict(name, points, problem))
+    return verdicts
+
+
+def _raised(end: dict[str, Any]) -> bool:
+    value = end.get("value")
+    return not isinstance(value, dict) or value.get("raised") is not None
+
+
+def earned(verdicts: list[GroupVerdict], points: float) -> float:
+    """A test cell's score from :func:`judge`'s verdicts: 0 when a check outside groups failed; else, in a cell with
+    groups, the points of the groups that passed (at most ``points``, the cell's); in one without, ``points``."""
+    if verdicts[0].problem is not None:
+        return 0.0
+    if len(verdicts) == 1:
+        return points
+    return min(points, sum(verdict.points for verdict in verdicts[1:] if verdict.problem is None))
+
+
 def first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
-    """Why a cell's records fail against the reference's (``None`` when they pass).
+    """Why a cell's records fail against the reference's (``None`` when they pass): the first problem
+    :func:`judge` finds, group by group."""
+    return next((verdict.problem for verdict in judge(student, reference) if verdict.problem is not None), None)
+
+
+def _first_mismatch(student: list[Any], reference: list[Any]) -> str | None:
+    """Why a list of check records (one group's, or a cell's without groups) fails against the reference's
+    (``None`` when it passes).
 
     Records are paired in order; each pair must name the same check and
     label, the object checked must be of the exact type the reference's was
@@ -204,7 +306,9 @@ def passes(check: str, value: Any, expected: Any, rule: dict[str, Any]) -> bool 
         if not isinstance(value, dict) or not isinstance(value.get("mro"), list):
             return False
         match = rule.get("match")
-        return bool(set(expected) & set(value["mro"])) and (match is None or match in str(value.get("message")))
+        unwritten = value.get("exception") == UNWRITTEN and UNWRITTEN not in expected
+        accepted = bool(set(expected) & set(value["mro"])) and not unwritten
+        return accepted and (match is None or match in str(value.get("message")))
     if check == "equal" and _is_array(value) and _is_array(expected):
         a, b = _array(value), _array(expected)
         if (a["dtype"], a["shape"]) != (b["dtype"], b["shape"]):
@@ -325,13 +429,25 @@ class CompareRecords(NbGraderPreprocessor):
                 continue
             records = cell_records(cell)
             cell.outputs = [unscored(output) for output in cell.get("outputs", [])]
-            if not reference.get(grade_id(cell)):
+            trusted = reference.get(grade_id(cell))
+            if not trusted:
                 continue
-            if any(output.get("output_type") == "error" for output in cell.get("outputs", [])):
+            grouped = any(is_group_end(record) for record in trusted)
+            if not grouped and any(output.get("output_type") == "error" for output in cell.outputs):
                 continue  # nbgrader scores it 0 already
-            problem = first_mismatch(records, reference[grade_id(cell)])
-            if problem is not None:
+            verdicts = judge(records, trusted)
+            for problem in [verdict.problem for verdict in verdicts if verdict.problem is not None]:
                 cell.outputs.append(
                     nbformat.v4.new_output("error", ename=MISMATCH, evalue=problem, traceback=[problem])
                 )
+            if grouped and not any(output.get("name") == "stderr" for output in cell.outputs):
+                points = float(cell.metadata["nbgrader"]["points"])
+                cell.outputs.insert(0, score_output(earned(verdicts, points)))
         return nb, resources
+
+
+def score_output(score: float) -> NotebookNode:
+    """The first output of a test cell with groups after the verdict: an ``execute_result`` whose text is the
+    score, which nbgrader's ``determine_grade`` reads (before any error) as the cell's partial credit. Only the
+    verdict makes one: every ``execute_result`` the kernel sent has become a ``display_data`` (:func:`unscored`)."""
+    return nbformat.v4.new_output("execute_result", data={"text/plain": f"{score:g}"})

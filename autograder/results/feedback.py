@@ -17,6 +17,7 @@ runs before the page is rendered and, in every autograder-tests cell:
   (they show the grader's file paths) and minus the hidden lines IPython
   quotes as context around the failing line;
 - drops the check records (values checked, kept for the grader);
+- shows the score the verdict gives a test cell with groups of checks as a line, above the failed groups' names;
 - explains a cell that lost its points only by writing to stderr (a warning).
 
 The student still sees which tasks passed and failed, and why the visible
@@ -75,7 +76,7 @@ from traitlets import default
 from ..course import HIDDEN_TEST_MARKERS, cell_labels, grade_id, is_autograder_tests
 from .safehtml import MathImages, clean, with_policy
 from ..pipeline.structure import UNREADABLE
-from ..pipeline.verdict import HIDDEN_FAILED, MISMATCH, RECORD_MIME_TYPE, reference_of
+from ..pipeline.verdict import GROUP_LOST, HIDDEN_FAILED, MISMATCH, RECORD_MIME_TYPE, reference_of
 
 STDERR_NOTE = (
     "\nThis test cell wrote to the error stream (above: usually a warning from your code), "
@@ -93,6 +94,9 @@ MIN_SECRET_CHARS = 10
 MIN_SECRET_NUMBERS = 6
 """A hidden expected array of fewer numbers, or of whole numbers only (counts, indices, one-hot rows, ranges:
 what the course's own examples print too), is not looked for."""
+SCORE_LINE = "Points from the groups of checks that passed:"
+"""How the feedback page shows the score of a test cell with groups (the failed groups are named below it)."""
+
 REDACTED = "[output removed from the feedback: it showed text or values of a hidden test]"
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -319,7 +323,11 @@ def is_record(output: NotebookNode) -> bool:
 
 
 def shown(output: NotebookNode, hidden: set[int]) -> NotebookNode:
-    """An output as the feedback page may show it."""
+    """An output as the feedback page may show it (the score the verdict gives a test cell with groups of checks,
+    :func:`autograder.pipeline.verdict.score_output`, the only ``execute_result`` a test cell keeps, as a line)."""
+    if output.get("output_type") == "execute_result":
+        score = output.get("data", {}).get("text/plain", "")
+        return nbformat.v4.new_output("stream", name="stdout", text=f"{SCORE_LINE} {score}\n")
     if output.get("output_type") != "error":
         return output
     frames = [ANSI.sub("", frame) for frame in output.get("traceback", [])]
@@ -329,7 +337,8 @@ def shown(output: NotebookNode, hidden: set[int]) -> NotebookNode:
         if output.get("ename") == "AssertionError":
             message = f"A hidden test failed: {first_line}"
         elif output.get("ename") == MISMATCH:
-            message = first_line if first_line.startswith(HIDDEN_FAILED) else f"Judged outside the kernel: {first_line}"
+            as_is = first_line.startswith((HIDDEN_FAILED, GROUP_LOST))
+            message = first_line if as_is else f"Judged outside the kernel: {first_line}"
         else:
             message = f"A hidden test raised {output.get('ename')}: {first_line}"
         output.traceback = [message]
