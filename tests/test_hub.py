@@ -27,6 +27,7 @@ import requests
 from autograder.authoring.samples import samples, write_download
 from autograder.course import ROOT, Course, copy_course
 from autograder.deploy import hub
+from test_browser import SCREENSHOTS, chromium
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the hub runs as root (PAM, users' servers as each user)")
 
@@ -35,6 +36,7 @@ BASE = f"http://127.0.0.1:{PORT}"
 ASSIGNMENT = "01_tensors"
 WRONG = "one_hot_int64"
 """student2's one wrong task (a wrong answer of tests/submissions/01_tensors.toml); student1 hands in the reference."""
+INBOUND = hub.EXCHANGE_ROOT / hub.COURSE_ID / "inbound"
 ACCOUNTS = [user for users in hub.DEMO_ACCOUNTS.values() for user in users]
 
 
@@ -118,6 +120,56 @@ class HubUser:
         return body["value"]
 
 
+class BrowserUser:
+    """One user in headless Chromium: the hub's login page, then JupyterLab's nbgrader Assignments panel."""
+
+    def __init__(self, context, name: str):
+        self.name = name
+        self.page = context.new_page()
+
+    def log_in(self) -> None:
+        """Fill in and send the hub's login form; wait for JupyterLab in the user's own server."""
+        self.page.goto(f"{BASE}/hub/login")
+        self.page.get_by_label("Username:").fill(self.name)
+        self.page.get_by_label("Password:").fill(hub.demo_password(self.name))
+        self.page.get_by_role("button", name="Sign in").click()
+        self.page.wait_for_url(f"**/user/{self.name}/lab**", timeout=180_000)
+        self.page.wait_for_selector(".lm-MenuBar-item:has-text('Nbgrader')", timeout=120_000)
+
+    def open_assignments(self) -> None:
+        """Open the Assignments panel (menu Nbgrader, Assignment List) and wait until its lists are loaded."""
+        self.page.click(".lm-MenuBar-item:has-text('Nbgrader')")
+        self.page.click(".lm-Menu-itemLabel:text-is('Assignment List')")
+        self.page.wait_for_selector("#released_assignments_list_loading", state="hidden", timeout=60_000)
+
+    def row(self, listing: str):
+        """The row of ASSIGNMENT in the panel's list ``listing`` (released, fetched, submitted)."""
+        return self.page.locator(f"#{listing}_assignments_list > .list_item", has_text=ASSIGNMENT)
+
+    def press(self, listing: str, button: str, then: str) -> None:
+        """Press ``button`` in ASSIGNMENT's row of ``listing``; wait until a row shows in list ``then``."""
+        self.row(listing).get_by_role("button", name=button, exact=True).first.click()
+        self.row(then).first.wait_for(timeout=120_000)
+
+    def save(self, notebook: nbformat.NotebookNode) -> None:
+        """Save ``notebook`` over the fetched one, through the server's contents API with the browser's login."""
+        xsrf = self.page.evaluate("document.cookie.match(/(?:^|; )_xsrf=([^;]*)/)[1]")  # the server's: longest path
+        path = f"{BASE}/user/{self.name}/api/contents/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
+        content = {"type": "notebook", "content": notebook}
+        saved = self.page.request.put(path, data=content, headers={"X-XSRFToken": xsrf})
+        assert saved.status == 200, saved.text()
+
+    def validate(self) -> str:
+        """Press Validate beside the fetched notebook in the panel; return the dialog's text."""
+        self.row("fetched").locator("a.assignment-notebooks-link").click()
+        self.row("fetched").get_by_role("button", name="Validate", exact=True).click()
+        dialog = self.page.locator(".jp-Dialog")
+        dialog.wait_for(timeout=180_000)
+        text = dialog.inner_text()
+        dialog.get_by_role("button").last.click()
+        return text
+
+
 @pytest.fixture(scope="module")
 def demo_hub():
     _clean()
@@ -175,28 +227,45 @@ def _answers() -> dict[str, nbformat.NotebookNode]:
     return {"student1": found["reference"], "student2": wrong}
 
 
-def test_release_fetch_submit_collect_grade_feedback(logged_in):
-    """The loop through nbgrader's exchange, each step as its user, and the same scores as grading the same
-    notebooks outside the hub."""
+@pytest.fixture(scope="module")
+def chromium_context(demo_hub, tmp_path_factory):
+    with chromium(tmp_path_factory.mktemp("hub-chromium-profile")) as context:
+        yield context
+
+
+def test_release_fetch_submit_collect_grade_feedback(logged_in, chromium_context):
+    """The loop through nbgrader's exchange, each step as its user: student1 in Chromium (login page, Assignments
+    panel), student2 through the same handlers over HTTP, submitting twice; student3 never submits. Each student's
+    score is the same as grading the same notebooks outside the hub, and each fetches only their own page."""
     _run(["nbgrader", "release_assignment", ASSIGNMENT], user="instructor1", cwd=hub.COURSE_ROOT)
     answers = _answers()
-    for name, sample in answers.items():
-        student = logged_in[name]
-        fetched = student.assignments("fetch")
-        assert [item["status"] for item in fetched if item["assignment_id"] == ASSIGNMENT] == ["fetched"]
-        notebook = f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
-        saved = student.server("PUT", f"api/contents/{notebook}", json={"type": "notebook", "content": sample.notebook})
-        assert saved.status_code == 200, saved.text
-        validated = student.server("POST", "assignments/validate", data={"path": notebook}).json()
-        assert validated["success"], validated
-        submitted = student.assignments("submit")
-        assert any(item["status"] == "submitted" for item in submitted)
+    browser = BrowserUser(chromium_context, "student1")
+    browser.log_in()
+    browser.open_assignments()
+    browser.press("released", "Fetch", then="fetched")
+    browser.save(answers["student1"].notebook)
+    assert "Success! Your notebook passes all the tests." in browser.validate()
+    browser.press("fetched", "Submit", then="submitted")
+    student2 = logged_in["student2"]
+    fetched = student2.assignments("fetch")
+    assert [item["status"] for item in fetched if item["assignment_id"] == ASSIGNMENT] == ["fetched"]
+    notebook = f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
+    student2.assignments("submit")  # the release as fetched, then the worked notebook: collect takes the latest
+    worked = {"type": "notebook", "content": answers["student2"].notebook}
+    saved = student2.server("PUT", f"api/contents/{notebook}", json=worked)
+    assert saved.status_code == 200, saved.text
+    validated = student2.server("POST", "assignments/validate", data={"path": notebook}).json()
+    assert validated["success"], validated
+    time.sleep(1)  # nbgrader names a submission by its time: the second one must come later
+    student2.assignments("submit")
+    assert len(list(INBOUND.glob(f"student2+{ASSIGNMENT}+*"))) == 2
     course = ("--course", str(hub.COURSE_ROOT))
     _cli(*course, "hub", "collect", ASSIGNMENT, user="instructor1")
     collected = hub.COURSE_ROOT / hub.COLLECTED
     assert sorted(path.parent.parent.name for path in collected.glob(f"*/{ASSIGNMENT}/*.ipynb")) == list(answers)
     _cli(*course, "grade", str(collected), user="instructor1")
     in_hub = _grades(hub.COURSE_ROOT / "grades.csv")
+    assert sorted(in_hub) == ["student1", "student2"]  # student3 never submitted: no grade
     with tempfile.TemporaryDirectory(prefix="hub-outside-") as scratch:
         outside = copy_course(Course(ROOT), Path(scratch) / "course")
         download = write_download([sample for sample in answers.values()], Path(scratch) / "download")
@@ -205,10 +274,18 @@ def test_release_fetch_submit_collect_grade_feedback(logged_in):
         _cli("--course", str(outside.root), "grade", str(download))
         assert in_hub == _grades(outside.root / "grades.csv")
     assert in_hub["student1"] > in_hub["student2"] > 0
+    hand_graded = _hand_grade("grader1", "student1")
+    assert hand_graded > 0
+    _cli(*course, "report", user="instructor1")
+    assert _grades(hub.COURSE_ROOT / "grades.csv") == in_hub | {"student1": in_hub["student1"] + hand_graded}
     released = _cli(*course, "hub", "feedback", ASSIGNMENT, user="instructor1")
     assert "feedback released to: student1, student2" in released
+    browser.page.click("#refresh_assignments_list")
+    browser.press("submitted", "Fetch Feedback", then="submitted")
+    browser.row("submitted").get_by_text("(view feedback)").first.wait_for(timeout=60_000)
+    browser.page.screenshot(path=str(SCREENSHOTS / "hub-student1-feedback.png"))
+    logged_in["student2"].assignments("fetch_feedback")
     for name in answers:
-        logged_in[name].assignments("fetch_feedback")
         pages = list(Path(pwd.getpwnam(name).pw_dir, ASSIGNMENT, "feedback").glob(f"*/{ASSIGNMENT}.html"))
         assert len(pages) == 1, pages
         graded = {
@@ -216,6 +293,26 @@ def test_release_fetch_submit_collect_grade_feedback(logged_in):
         }
         assert graded["student1"].read_bytes() != graded["student2"].read_bytes()
         assert pages[0].read_bytes() == graded[name].read_bytes()
+
+
+def _hand_grade(grader: str, student: str) -> float:
+    """As ``grader``, in formgrader (the course's hub service, loaded top-level, its own REST API): give every answer
+    of ``student`` graded by hand full marks. Returns the points given."""
+    user = HubUser(grader)
+    user.log_in()
+    formgrader = f"{BASE}/services/{hub.COURSE_ID}/formgrader"
+    page = user.http.get(f"{formgrader}/", timeout=120)  # through the hub's OAuth for the service
+    assert page.status_code == 200 and page.url.startswith(formgrader), (page.status_code, page.url)
+    xsrf = {"X-XSRFToken": user.http.cookies.get("_xsrf", path=f"/services/{hub.COURSE_ID}/")}
+    notebooks = user.http.get(f"{formgrader}/api/submitted_notebooks/{ASSIGNMENT}/{ASSIGNMENT}").json()
+    submission = next(notebook for notebook in notebooks if notebook["student"] == student)
+    grades = user.http.get(f"{formgrader}/api/grades", params={"submission_id": submission["id"]}).json()
+    by_hand = [grade for grade in grades if grade["auto_score"] is None]
+    for grade in by_hand:
+        given = user.http.put(f"{formgrader}/api/grade/{grade['id']}", json={"manual_score": grade["max_score"]},
+                              headers=xsrf)
+        assert given.status_code == 200, given.text
+    return sum(grade["max_score"] for grade in by_hand)
 
 
 def _grades(path: Path) -> dict[str, float]:
@@ -236,7 +333,7 @@ CANNOT_READ = [
 CANNOT_LIST = [
     f"{hub.COURSE_ROOT}",
     "/home/student2",
-    f"{hub.EXCHANGE_ROOT}/{hub.COURSE_ID}/inbound",
+    str(INBOUND),
 ]
 
 
@@ -253,12 +350,13 @@ def test_a_student_cannot_list(logged_in, path):
 
 
 def test_a_student_cannot_read_or_remove_another_submission_even_by_its_name(logged_in):
-    inbound = hub.EXCHANGE_ROOT / hub.COURSE_ID / "inbound"
-    (submission,) = inbound.glob(f"student2+{ASSIGNMENT}+*")
-    for command in (["cat", str(submission / f"{ASSIGNMENT}.ipynb")], ["rm", "-rf", str(submission)]):
-        done = subprocess.run(["runuser", "-u", "student1", "--", *command], capture_output=True, text=True)
-        assert done.returncode != 0 and "Permission denied" in done.stderr, (command, done.stderr)
-    assert (submission / f"{ASSIGNMENT}.ipynb").exists()
+    submissions = list(INBOUND.glob(f"student2+{ASSIGNMENT}+*"))
+    assert submissions
+    for submission in submissions:
+        for command in (["cat", str(submission / f"{ASSIGNMENT}.ipynb")], ["rm", "-rf", str(submission)]):
+            done = subprocess.run(["runuser", "-u", "student1", "--", *command], capture_output=True, text=True)
+            assert done.returncode != 0 and "Permission denied" in done.stderr, (command, done.stderr)
+        assert (submission / f"{ASSIGNMENT}.ipynb").exists()
 
 
 def test_stop_leaves_no_process(demo_hub):

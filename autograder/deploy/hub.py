@@ -109,12 +109,17 @@ class Settings:
         return self.port + 1
 
     @property
+    def formgrader_port(self) -> int:
+        return self.port + 2
+
+    @property
     def url(self) -> str:
         return f"http://{self.ip}:{self.port}"
 
     def write(self, path: Path) -> None:
         """Write the settings (and the derived ports) to ``path`` as JSON."""
-        data = asdict(self) | {"hub_port": self.hub_port, "proxy_api_port": self.proxy_api_port}
+        ports = {"hub_port": self.hub_port, "proxy_api_port": self.proxy_api_port}
+        data = asdict(self) | ports | {"formgrader_port": self.formgrader_port, "course_id": COURSE_ID}
         path.write_text(json.dumps(data, indent=1), encoding="utf-8")
 
     @classmethod
@@ -155,7 +160,7 @@ def start(course: Course, settings: Settings, *, demo: bool = False, timeout: fl
     _ensure_group(USERS_GROUP, settings.instructors + settings.graders + settings.students)
     _set_up_state(settings)
     _open_path(settings, state)
-    for port in (settings.port, settings.proxy_api_port, settings.hub_port):
+    for port in (settings.port, settings.proxy_api_port, settings.hub_port, settings.formgrader_port):
         if _port_taken(settings.ip if port == settings.port else "127.0.0.1", port):
             raise HubError(f"port {port} is taken: start the hub on another (--port)")
     _set_up_course(course, settings)

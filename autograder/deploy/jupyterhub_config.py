@@ -61,3 +61,33 @@ c.Spawner.environment = {
     "PATH": os.environ["PATH"],
     "PYTHONPATH": settings["package_root"],
 }
+
+# Formgrader for the instructors and graders: a hub-managed service named as the course (nbgrader's Course List links
+# to /services/<course_id>/), a Jupyter server run as the first instructor in the course directory. Open its pages
+# top-level (/services/<course_id>/formgrader/): JupyterHub's servers forbid being framed, so the Lab tab is blank.
+staff = settings["instructors"] + settings["graders"]
+course_id = settings["course_id"]
+c.JupyterHub.services = [
+    {
+        "name": course_id,
+        "url": f"http://127.0.0.1:{settings['formgrader_port']}",
+        "user": settings["instructors"][0],
+        "cwd": settings["course_root"],
+        "command": [settings["python"], "-m", "jupyterhub.singleuser"],
+        "environment": {
+            "JUPYTER_CONFIG_PATH": os.path.join(state, "jupyter", "instructor"),
+            "JUPYTERHUB_DEFAULT_URL": "/formgrader",
+            "PYTORCH_TENSORS_HUB": state,
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": settings["package_root"],
+        },
+        "oauth_no_confirm": True,
+    }
+]
+c.JupyterHub.load_roles = [
+    {
+        "name": "course-staff",
+        "users": staff,
+        "scopes": [f"access:services!service={course_id}", "list:services", f"read:services!service={course_id}"],
+    }
+]
