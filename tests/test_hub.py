@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
@@ -357,6 +358,26 @@ def test_a_student_cannot_read_or_remove_another_submission_even_by_its_name(log
             done = subprocess.run(["runuser", "-u", "student1", "--", *command], capture_output=True, text=True)
             assert done.returncode != 0 and "Permission denied" in done.stderr, (command, done.stderr)
         assert (submission / f"{ASSIGNMENT}.ipynb").exists()
+
+
+def test_a_student_cannot_open_formgrader(logged_in):
+    page = logged_in["student1"].http.get(f"{BASE}/services/{hub.COURSE_ID}/formgrader/", timeout=60)
+    assert page.status_code == 403, (page.status_code, page.url)
+
+
+def test_collect_takes_the_time_from_the_exchange_not_from_the_student(demo_hub):
+    """student3 submits from a terminal, then rewrites their submission's timestamp.txt to an early time: the
+    collected time is when the exchange's files last changed."""
+    start = datetime.now(timezone.utc)
+    _run(["nbgrader", "fetch_assignment", ASSIGNMENT], user="student3")
+    _run(["nbgrader", "submit", ASSIGNMENT], user="student3")
+    (submission,) = INBOUND.glob(f"student3+{ASSIGNMENT}+*")
+    forged = "2020-01-01 00:00:00.000000 UTC"
+    _run(["sh", "-c", f"echo '{forged}' > '{submission}/timestamp.txt'"], user="student3")
+    _cli("--course", str(hub.COURSE_ROOT), "hub", "collect", ASSIGNMENT, user="instructor1")
+    collected = (hub.COURSE_ROOT / hub.COLLECTED / "student3" / ASSIGNMENT / "timestamp.txt").read_text()
+    assert start <= datetime.strptime(collected, "%Y-%m-%d %H:%M:%S.%f UTC").replace(tzinfo=timezone.utc)
+    assert (submission / "timestamp.txt").read_text().strip() == forged
 
 
 def test_stop_leaves_no_process(demo_hub):

@@ -31,6 +31,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
@@ -220,16 +221,46 @@ def stop(state: Path = STATE, *, timeout: float = 30.0) -> list[int]:
     return sorted(process.pid for process in running)
 
 
-def collect(course: Course, assignment_id: str) -> Path:
+def collect(course: Course, assignment_id: str, exchange: Path = EXCHANGE_ROOT) -> Path:
     """Collect the exchange's submissions of ``assignment_id`` (nbgrader's ``collect``, the latest of each student)
     into ``COLLECTED/<student>/<assignment_id>/`` of the course, for ``python -m autograder grade COLLECTED``; run by
     the instructor who released it. Returns that folder.
 
+    Each collected ``timestamp.txt`` is then rewritten with the time the exchange's filesystem gives the submission
+    (:func:`submitted_at`), not the one the student's own process wrote there, which a student can set.
+
     Raises:
         subprocess.CalledProcessError: nbgrader's collect failed (its output is on the terminal).
+        HubError: a collected notebook matches no submission in the exchange.
     """
     _nbgrader(course, "collect", f"--CourseDirectory.submitted_directory={COLLECTED}", assignment_id)
+    inbound = exchange / COURSE_ID / "inbound"
+    for folder in sorted((course.root / COLLECTED).glob(f"*/{assignment_id}")):
+        notebooks = {path.name: path.read_bytes() for path in folder.glob("*.ipynb")}
+        same = [
+            submission
+            for submission in inbound.glob(f"{folder.parent.name}+{assignment_id}+*")
+            if all(_read(submission / name) == content for name, content in notebooks.items())
+        ]
+        if not same:
+            raise HubError(f"{folder}: no submission in {inbound} holds these notebooks")
+        when = min(submitted_at(submission) for submission in same)
+        (folder / "timestamp.txt").write_text(when.strftime("%Y-%m-%d %H:%M:%S.%f %Z"), encoding="utf-8")
     return course.root / COLLECTED
+
+
+def submitted_at(submission: Path) -> datetime:
+    """When a submission in the exchange was last changed, in UTC: the latest status-change time (``st_ctime``, set
+    by the kernel, which no user can set back) of its folder and its files."""
+    paths = [submission, *(path for path in submission.rglob("*"))]
+    return datetime.fromtimestamp(max(path.stat().st_ctime for path in paths), tz=timezone.utc)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def release_feedback(course: Course, assignment_id: str) -> list[str]:
