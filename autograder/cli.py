@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         help="start: create the accounts instructor1, grader1, student1..3 (passwords in docs/hub.md)",
     )
     hub_parser.add_argument("--ip", default="127.0.0.1", help="start: the address the hub listens on")
-    hub_parser.add_argument("--port", type=int, default=8000, help="start: the hub's port (it also uses the next one)")
+    hub_parser.add_argument(
+        "--port", type=int, default=8000, help="start: the hub's port (it also uses the next two and port + 81)"
+    )
     hub_parser.add_argument("--instructors", nargs="*", default=[], metavar="USER", help="start: instructors' accounts")
     hub_parser.add_argument("--graders", nargs="*", default=[], metavar="USER", help="start: graders' accounts")
     hub_parser.add_argument("--students", nargs="*", default=[], metavar="USER", help="start: students' accounts")

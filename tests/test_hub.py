@@ -375,7 +375,7 @@ def test_collect_takes_the_time_from_the_exchange_not_from_the_student(demo_hub)
     forged = "2020-01-01 00:00:00.000000 UTC"
     _run(["sh", "-c", f"echo '{forged}' > '{submission}/timestamp.txt'"], user="student3")
     _cli("--course", str(hub.COURSE_ROOT), "hub", "collect", ASSIGNMENT, user="instructor1")
-    collected = (hub.COURSE_ROOT / hub.COLLECTED / "student3" / ASSIGNMENT / "timestamp.txt").read_text()
+    collected = (hub.COURSE_ROOT / hub.COLLECTED / "student3" / ASSIGNMENT / "timestamp.txt").read_text().strip()
     assert start <= datetime.strptime(collected, "%Y-%m-%d %H:%M:%S.%f UTC").replace(tzinfo=timezone.utc)
     assert (submission / "timestamp.txt").read_text().strip() == forged
 

@@ -103,18 +103,22 @@ class Settings:
 
     @property
     def hub_port(self) -> int:
+        """The hub's own port (its API, on 127.0.0.1): ``port + 81``."""
         return self.port + 81
 
     @property
     def proxy_api_port(self) -> int:
+        """configurable-http-proxy's API port (on 127.0.0.1): ``port + 1``."""
         return self.port + 1
 
     @property
     def formgrader_port(self) -> int:
+        """The formgrader service's port (on 127.0.0.1): ``port + 2``."""
         return self.port + 2
 
     @property
     def url(self) -> str:
+        """Where users open the hub."""
         return f"http://{self.ip}:{self.port}"
 
     def write(self, path: Path) -> None:
@@ -146,8 +150,9 @@ def start(course: Course, settings: Settings, *, demo: bool = False, timeout: fl
     when it does not exist yet (an instructor's work there is never overwritten).
 
     Raises:
-        HubError: not root, a user without an account, this environment's Python out of the users' reach, the port
-            taken, or the hub not answering within ``timeout`` seconds (its log's end is in the message).
+        HubError: not root, a user without an account, a port taken, a folder above this environment's Python
+            closed to others that already has an ACL (:func:`_open_path`), or the hub not answering within
+            ``timeout`` seconds (its log's end is in the message).
     """
     state = Path(settings.state)
     if _hub_pid(state) is not None:
@@ -159,11 +164,11 @@ def start(course: Course, settings: Settings, *, demo: bool = False, timeout: fl
             _ensure_account(user, demo_password(user))
     _check_accounts(settings)
     _ensure_group(USERS_GROUP, settings.instructors + settings.graders + settings.students)
-    _set_up_state(settings)
-    _open_path(settings, state)
     for port in (settings.port, settings.proxy_api_port, settings.hub_port, settings.formgrader_port):
         if _port_taken(settings.ip if port == settings.port else "127.0.0.1", port):
             raise HubError(f"port {port} is taken: start the hub on another (--port)")
+    _set_up_state(settings)
+    _open_path(settings, state)
     _set_up_course(course, settings)
     _close_repository(Path(settings.package_root))
     environment = os.environ | {
