@@ -124,13 +124,15 @@ class HubUser:
 class BrowserUser:
     """One user in headless Chromium: the hub's login page, then JupyterLab's nbgrader Assignments panel."""
 
-    def __init__(self, context, name: str):
+    def __init__(self, context, name: str, base: str = BASE):
         self.name = name
+        self.base = base
+        """The hub's address: another host name for the same hub keeps another user's cookies apart."""
         self.page = context.new_page()
 
     def log_in(self) -> None:
         """Fill in and send the hub's login form; wait for JupyterLab in the user's own server."""
-        self.page.goto(f"{BASE}/hub/login")
+        self.page.goto(f"{self.base}/hub/login")
         self.page.get_by_label("Username:").fill(self.name)
         self.page.get_by_label("Password:").fill(hub.demo_password(self.name))
         self.page.get_by_role("button", name="Sign in").click()
@@ -155,7 +157,7 @@ class BrowserUser:
     def save(self, notebook: nbformat.NotebookNode) -> None:
         """Save ``notebook`` over the fetched one, through the server's contents API with the browser's login."""
         xsrf = self.page.evaluate("document.cookie.match(/(?:^|; )_xsrf=([^;]*)/)[1]")  # the server's: longest path
-        path = f"{BASE}/user/{self.name}/api/contents/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
+        path = f"{self.base}/user/{self.name}/api/contents/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
         content = {"type": "notebook", "content": notebook}
         saved = self.page.request.put(path, data=content, headers={"X-XSRFToken": xsrf})
         assert saved.status == 200, saved.text()
@@ -275,7 +277,7 @@ def test_release_fetch_submit_collect_grade_feedback(logged_in, chromium_context
         _cli("--course", str(outside.root), "grade", str(download))
         assert in_hub == _grades(outside.root / "grades.csv")
     assert in_hub["student1"] > in_hub["student2"] > 0
-    hand_graded = _hand_grade("grader1", "student1")
+    hand_graded = _hand_grade(chromium_context, "grader1", "student1")
     assert hand_graded > 0
     _cli(*course, "report", user="instructor1")
     assert _grades(hub.COURSE_ROOT / "grades.csv") == in_hub | {"student1": in_hub["student1"] + hand_graded}
@@ -296,24 +298,33 @@ def test_release_fetch_submit_collect_grade_feedback(logged_in, chromium_context
         assert pages[0].read_bytes() == graded[name].read_bytes()
 
 
-def _hand_grade(grader: str, student: str) -> float:
-    """As ``grader``, in formgrader (the course's hub service, loaded top-level, its own REST API): give every answer
-    of ``student`` graded by hand full marks. Returns the points given."""
-    user = HubUser(grader)
+def _hand_grade(context, grader: str, student: str) -> float:
+    """As ``grader``, in Chromium (``context``, through another host name, so that its login is the grader's own):
+    log in, open formgrader (the course's hub service) as a page of its own, and type full marks into every answer
+    of ``student`` graded by hand. Returns the points given, once formgrader's API shows them saved."""
+    user = BrowserUser(context, grader, base=f"http://localhost:{PORT}")
     user.log_in()
-    formgrader = f"{BASE}/services/{hub.COURSE_ID}/formgrader"
-    page = user.http.get(f"{formgrader}/", timeout=120)  # through the hub's OAuth for the service
-    assert page.status_code == 200 and page.url.startswith(formgrader), (page.status_code, page.url)
-    xsrf = {"X-XSRFToken": user.http.cookies.get("_xsrf", path=f"/services/{hub.COURSE_ID}/")}
-    notebooks = user.http.get(f"{formgrader}/api/submitted_notebooks/{ASSIGNMENT}/{ASSIGNMENT}").json()
+    formgrader = f"{user.base}/services/{hub.COURSE_ID}/formgrader"
+    user.page.goto(f"{formgrader}/")  # through the hub's OAuth for the service
+    user.page.wait_for_url(f"{formgrader}**", timeout=120_000)
+    api = user.page.request
+    notebooks = api.get(f"{formgrader}/api/submitted_notebooks/{ASSIGNMENT}/{ASSIGNMENT}").json()
     submission = next(notebook for notebook in notebooks if notebook["student"] == student)
-    grades = user.http.get(f"{formgrader}/api/grades", params={"submission_id": submission["id"]}).json()
-    by_hand = [grade for grade in grades if grade["auto_score"] is None]
-    for grade in by_hand:
-        given = user.http.put(f"{formgrader}/api/grade/{grade['id']}", json={"manual_score": grade["max_score"]},
-                              headers=xsrf)
-        assert given.status_code == 200, given.text
-    return sum(grade["max_score"] for grade in by_hand)
+    grades = f"{formgrader}/api/grades?submission_id={submission['id']}"
+    by_hand = {grade["name"]: grade["max_score"] for grade in api.get(grades).json() if grade["auto_score"] is None}
+    assert by_hand
+    user.page.goto(f"{formgrader}/submissions/{submission['id']}/")
+    for name, points in by_hand.items():
+        box = user.page.locator(f"input.score#{name}")
+        box.fill(f"{points:g}")
+        box.press("Tab")  # formgrader saves a score when it changes
+    deadline = time.monotonic() + 60
+    while {g["name"]: g["manual_score"] for g in api.get(grades).json() if g["name"] in by_hand} != by_hand:
+        assert time.monotonic() < deadline, api.get(grades).json()
+        time.sleep(0.5)
+    user.page.screenshot(path=str(SCREENSHOTS / "hub-grader1-formgrader.png"))
+    user.page.close()
+    return sum(by_hand.values())
 
 
 def _grades(path: Path) -> dict[str, float]:
