@@ -372,8 +372,11 @@ def test_a_student_cannot_read_or_remove_another_submission_even_by_its_name(log
 
 
 def test_a_student_cannot_open_formgrader(logged_in):
-    page = logged_in["student1"].http.get(f"{BASE}/services/{hub.COURSE_ID}/formgrader/", timeout=60)
+    student = logged_in["student1"]
+    page = student.http.get(f"{BASE}/services/{hub.COURSE_ID}/formgrader/", timeout=60)
     assert page.status_code == 403, (page.status_code, page.url)
+    assert student.server("GET", "formgrader").status_code == 404  # not in their own server either
+    assert student.server("GET", "assignments", params={"course_id": hub.COURSE_ID}).status_code == 200
 
 
 def test_collect_takes_the_time_from_the_exchange_not_from_the_student(demo_hub):

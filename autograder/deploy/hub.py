@@ -451,7 +451,15 @@ def _set_up_state(settings: Settings) -> None:
     for role, extra in {"student": "", "grader": staff, "instructor": staff}.items():
         folder = state / "jupyter" / role
         folder.mkdir(parents=True, exist_ok=True)
-        folder.chmod(0o755)
-        state.joinpath("jupyter").chmod(0o755)
         (folder / "nbgrader_config.py").write_text(f"c = get_config()  # noqa: F821\n{course}{extra}", encoding="utf-8")
-        (folder / "nbgrader_config.py").chmod(0o644)
+    # nbgrader enables all its extensions for the whole environment: students get the Assignments panel and Validate
+    # only, not formgrader, the course list or the assignment-creation toolbar.
+    student = state / "jupyter" / "student"
+    off = {f"nbgrader.server_extensions.{name}": False for name in ("formgrader", "course_list")}
+    server = {"ServerApp": {"jpserver_extensions": off}}
+    (student / "jupyter_server_config.json").write_text(json.dumps(server), "utf-8")
+    (student / "labconfig").mkdir(exist_ok=True)
+    plugins = {f"@jupyter/nbgrader:{name}": True for name in ("formgrader", "course-list", "create-assignment")}
+    (student / "labconfig" / "page_config.json").write_text(json.dumps({"disabledExtensions": plugins}), "utf-8")
+    for path in [state / "jupyter", *(state / "jupyter").rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
