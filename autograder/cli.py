@@ -130,6 +130,23 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ASSIGNMENT|GRADE_ID",
         help="assignment ids, or grade_ids of solutions or of their test cells (default: all)",
     )
+    hub_parser = commands.add_parser("hub", help="the course on a multi-user JupyterHub on this machine (as root)")
+    hub_parser.add_argument("action", choices=["start", "stop", "status", "collect", "feedback"])
+    hub_parser.add_argument(
+        "assignment", nargs="?", help="collect, feedback: the assignment id (run them as the instructor, in the course)"
+    )
+    hub_parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="start: create the accounts instructor1, grader1, student1..3 (passwords in docs/hub.md)",
+    )
+    hub_parser.add_argument("--ip", default="127.0.0.1", help="start: the address the hub listens on")
+    hub_parser.add_argument(
+        "--port", type=int, default=8000, help="start: the hub's port (it also uses the next two and port + 81)"
+    )
+    hub_parser.add_argument("--instructors", nargs="*", default=[], metavar="USER", help="start: instructors' accounts")
+    hub_parser.add_argument("--graders", nargs="*", default=[], metavar="USER", help="start: graders' accounts")
+    hub_parser.add_argument("--students", nargs="*", default=[], metavar="USER", help="start: students' accounts")
     for graders in (grade_parser, demo_parser, bench_parser):
         graders.add_argument(
             "--no-sandbox",
@@ -348,6 +365,30 @@ def _mutants(course: Course, args: argparse.Namespace) -> int:
     return 1 if any(result.survivors or result.stale for result in results) else 0
 
 
+def _hub(course: Course, args: argparse.Namespace) -> int:
+    from .deploy import hub
+
+    if args.action == "start":
+        accounts = hub.DEMO_ACCOUNTS if args.demo else vars(args)
+        settings = hub.Settings(
+            instructors=accounts["instructors"],
+            graders=accounts["graders"],
+            students=accounts["students"],
+            ip=args.ip,
+            port=args.port,
+        )
+        print(hub.start(course, settings, demo=args.demo))
+    elif args.action == "stop":
+        print(f"stopped {len(hub.stop())} process(es)")
+    elif args.action == "collect":
+        print(f"collected into {hub.collect(course, args.assignment)}")
+    elif args.action == "feedback":
+        print(f"feedback released to: {', '.join(hub.release_feedback(course, args.assignment))}")
+    else:
+        print(hub.status())
+    return 0
+
+
 def _progress(line: str) -> None:
     from tqdm import tqdm
 
@@ -365,4 +406,5 @@ COMMANDS = {
     "demo": _demo,
     "benchmark": _benchmark,
     "mutants": _mutants,
+    "hub": _hub,
 }

