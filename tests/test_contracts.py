@@ -11,6 +11,7 @@ seconds of CI.
 """
 
 import collections
+import copy
 import math
 import warnings
 from fractions import Fraction
@@ -715,6 +716,35 @@ def test_early_exit_grads_differentiate_the_layers_that_ran(t04, data, n, k, sta
         torch.testing.assert_close(grad.double(), product, **loose)
         assert w.is_leaf and w.requires_grad
         assert (w.grad is None) is not (stale and i == 0)
+
+
+@given(data=st.data(), m=st.integers(1, 5), training=st.booleans(), stale=st.booleans())
+def test_evaluate_is_eval_mode_without_a_graph_and_restores_the_model(t04, data, m, training, stale):
+    dtype = data.draw(st.sampled_from([torch.float32, torch.float64]))
+    n_in, n_out = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4))
+    torch.manual_seed(data.draw(st.integers(0, 2**16)))
+    layers = [torch.nn.Linear(n_in, n_out)]
+    if data.draw(st.booleans()):
+        layers.append(torch.nn.BatchNorm1d(n_out))
+    layers.append(torch.nn.Dropout(data.draw(st.sampled_from([0.0, 0.5, 0.9]))))
+    model = torch.nn.Sequential(*layers).to(dtype).train(training)
+    if len(layers) == 3:
+        with torch.no_grad():
+            model[1].running_mean.uniform_(-1.0, 1.0)
+            model[1].running_var.uniform_(0.5, 2.0)
+    if stale:
+        model[0].weight.grad = torch.ones_like(model[0].weight)
+    X = data.draw(tensors(shape=(m, n_in), dtypes=(dtype,))).clone().requires_grad_(data.draw(st.booleans()))
+    reference = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        expected = reference(X)
+    state = copy.deepcopy(model.state_dict())
+    result = t04.evaluate(model, X)
+    assert_same_tensor(result, expected, rtol=0, atol=0)
+    assert not result.requires_grad and result.grad_fn is None and X.grad is None
+    assert all(module.training is training for module in model.modules())
+    assert all(torch.equal(value, state[name]) for name, value in model.state_dict().items())
+    assert (model[0].weight.grad is None) is not stale and model[0].bias.grad is None
 
 
 # =========================================================================== 05_broadcasting_amp
