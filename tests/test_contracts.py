@@ -368,6 +368,24 @@ def test_sliding_windows_is_unfold(t02, data):
         t02.sliding_windows(x.unsqueeze(0), size, step)
 
 
+@given(data=st.data(), n=st.integers(0, 8), d=st.integers(0, 3), num_groups=st.integers(0, 4))
+def test_sum_by_group_adds_every_row_to_its_group(t02, data, n, d, num_groups):
+    dtype = data.draw(st.sampled_from(FLOATS + [torch.int32, torch.int64]))
+    values = data.draw(tensors(shape=(n, d), dtypes=(dtype,)))
+    groups = torch.tensor(data.draw(st.lists(st.integers(0, num_groups - 1), min_size=n, max_size=n)) if num_groups else [], dtype=torch.int64)
+    n = groups.shape[0]
+    values, kept = values[:n], values[:n].clone()
+    wide = torch.int64 if dtype in (torch.int32, torch.int64) else torch.float64
+    expected = torch.zeros(num_groups, d, dtype=wide)
+    for row, group in zip(values.to(wide), groups.tolist()):
+        expected[group] += row
+    result = t02.sum_by_group(values, groups, num_groups)
+    loose = dict(rtol=2e-2, atol=2e-2) if dtype in (torch.float16, torch.bfloat16) else dict(rtol=1e-6, atol=1e-6)
+    assert_same_tensor(result, expected.to(dtype), **(loose if dtype.is_floating_point else dict(rtol=0, atol=0)))
+    assert torch.equal(values, kept)
+    assert t02.sum_by_group(values.to(META), groups.to(META), num_groups).shape == (num_groups, d)
+
+
 # =========================================================================== 03_devices
 
 
