@@ -765,6 +765,25 @@ def test_evaluate_is_eval_mode_without_a_graph_and_restores_the_model(t04, data,
     assert (model[0].weight.grad is None) is not stale and model[0].bias.grad is None
 
 
+@given(data=st.data(), n=st.integers(1, 4), h=st.integers(1, 4), k=st.integers(1, 3), limit=st.floats(0.01, 100.0))
+def test_clipped_hidden_backward_is_the_chain_rule_with_a_clamp(t04, data, n, h, k, limit):
+    dtype = data.draw(st.sampled_from([torch.float32, torch.float64]))
+    x = data.draw(tensors(shape=(n,), dtypes=(dtype,)))
+    W1 = data.draw(tensors(shape=(h, n), dtypes=(dtype,))).clone().requires_grad_(True)
+    W2 = data.draw(tensors(shape=(k, h), dtypes=(dtype,))).clone().requires_grad_(True)
+    hidden = W1.detach().double() @ x.double()
+    out = W2.detach().double() @ hidden
+    grad_hidden = W2.detach().double().T @ (2 * out)
+    loss = t04.clipped_hidden_backward(x, W1, W2, limit)
+    tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else dict(rtol=1e-9, atol=1e-9)
+    assert type(loss) is float and math.isclose(loss, float((out**2).sum()), rel_tol=tol["rtol"], abs_tol=tol["atol"])
+    torch.testing.assert_close(W1.grad.double(), torch.outer(grad_hidden.clamp(-limit, limit), x.double()), **tol)
+    torch.testing.assert_close(W2.grad.double(), torch.outer(2 * out, hidden), **tol)
+    W1.grad = W2.grad = None
+    ((W2 @ (W1 @ x)) ** 2).sum().backward()
+    torch.testing.assert_close(W1.grad.double(), torch.outer(grad_hidden, x.double()), **tol)
+
+
 # =========================================================================== 05_broadcasting_amp
 
 
