@@ -11,6 +11,7 @@ seconds of CI.
 """
 
 import collections
+import copy
 import math
 import warnings
 from fractions import Fraction
@@ -367,6 +368,24 @@ def test_sliding_windows_is_unfold(t02, data):
             t02.sliding_windows(x, *bad)
     with pytest.raises(ValueError):
         t02.sliding_windows(x.unsqueeze(0), size, step)
+
+
+@given(data=st.data(), n=st.integers(0, 8), d=st.integers(0, 3), num_groups=st.integers(0, 4))
+def test_sum_by_group_adds_every_row_to_its_group(t02, data, n, d, num_groups):
+    dtype = data.draw(st.sampled_from(FLOATS + [torch.int32, torch.int64]))
+    values = data.draw(tensors(shape=(n, d), dtypes=(dtype,)))
+    groups = torch.tensor(data.draw(st.lists(st.integers(0, num_groups - 1), min_size=n, max_size=n)) if num_groups else [], dtype=torch.int64)
+    n = groups.shape[0]
+    values, kept = values[:n], values[:n].clone()
+    wide = torch.int64 if dtype in (torch.int32, torch.int64) else torch.float64
+    expected = torch.zeros(num_groups, d, dtype=wide)
+    for row, group in zip(values.to(wide), groups.tolist()):
+        expected[group] += row
+    result = t02.sum_by_group(values, groups, num_groups)
+    loose = dict(rtol=2e-2, atol=2e-2) if dtype in (torch.float16, torch.bfloat16) else dict(rtol=1e-6, atol=1e-6)
+    assert_same_tensor(result, expected.to(dtype), **(loose if dtype.is_floating_point else dict(rtol=0, atol=0)))
+    assert torch.equal(values, kept)
+    assert t02.sum_by_group(values.to(META), groups.to(META), num_groups).shape == (num_groups, d)
 
 
 # =========================================================================== 03_devices
@@ -732,6 +751,54 @@ def test_early_exit_grads_differentiate_the_layers_that_ran(t04, data, n, k, sta
         torch.testing.assert_close(grad.double(), product, **loose)
         assert w.is_leaf and w.requires_grad
         assert (w.grad is None) is not (stale and i == 0)
+
+
+@given(data=st.data(), m=st.integers(1, 5), training=st.booleans(), stale=st.booleans())
+def test_evaluate_is_eval_mode_without_a_graph_and_restores_the_model(t04, data, m, training, stale):
+    dtype = data.draw(st.sampled_from([torch.float32, torch.float64]))
+    n_in, n_out = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4))
+    torch.manual_seed(data.draw(st.integers(0, 2**16)))
+    layers = [torch.nn.Linear(n_in, n_out)]
+    if data.draw(st.booleans()):
+        layers.append(torch.nn.BatchNorm1d(n_out))
+    layers.append(torch.nn.Dropout(data.draw(st.sampled_from([0.0, 0.5, 0.9]))))
+    model = torch.nn.Sequential(*layers).to(dtype).train(training)
+    if len(layers) == 3:
+        with torch.no_grad():
+            model[1].running_mean.uniform_(-1.0, 1.0)
+            model[1].running_var.uniform_(0.5, 2.0)
+    if stale:
+        model[0].weight.grad = torch.ones_like(model[0].weight)
+    X = data.draw(tensors(shape=(m, n_in), dtypes=(dtype,))).clone().requires_grad_(data.draw(st.booleans()))
+    reference = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        expected = reference(X)
+    state = copy.deepcopy(model.state_dict())
+    result = t04.evaluate(model, X)
+    assert_same_tensor(result, expected, rtol=0, atol=0)
+    assert not result.requires_grad and result.grad_fn is None and X.grad is None
+    assert all(module.training is training for module in model.modules())
+    assert all(torch.equal(value, state[name]) for name, value in model.state_dict().items())
+    assert (model[0].weight.grad is None) is not stale and model[0].bias.grad is None
+
+
+@given(data=st.data(), n=st.integers(1, 4), h=st.integers(1, 4), k=st.integers(1, 3), limit=st.floats(0.01, 100.0))
+def test_clipped_hidden_backward_is_the_chain_rule_with_a_clamp(t04, data, n, h, k, limit):
+    dtype = data.draw(st.sampled_from([torch.float32, torch.float64]))
+    x = data.draw(tensors(shape=(n,), dtypes=(dtype,)))
+    W1 = data.draw(tensors(shape=(h, n), dtypes=(dtype,))).clone().requires_grad_(True)
+    W2 = data.draw(tensors(shape=(k, h), dtypes=(dtype,))).clone().requires_grad_(True)
+    hidden = W1.detach().double() @ x.double()
+    out = W2.detach().double() @ hidden
+    grad_hidden = W2.detach().double().T @ (2 * out)
+    loss = t04.clipped_hidden_backward(x, W1, W2, limit)
+    tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else dict(rtol=1e-9, atol=1e-9)
+    assert type(loss) is float and math.isclose(loss, float((out**2).sum()), rel_tol=tol["rtol"], abs_tol=tol["atol"])
+    torch.testing.assert_close(W1.grad.double(), torch.outer(grad_hidden.clamp(-limit, limit), x.double()), **tol)
+    torch.testing.assert_close(W2.grad.double(), torch.outer(2 * out, hidden), **tol)
+    W1.grad = W2.grad = None
+    ((W2 @ (W1 @ x)) ** 2).sum().backward()
+    torch.testing.assert_close(W1.grad.double(), torch.outer(grad_hidden, x.double()), **tol)
 
 
 # =========================================================================== 05_broadcasting_amp
