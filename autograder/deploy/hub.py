@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from ..course import Course, CourseError
+from ..course import Course, CourseError, nbgrader_failure, run_nbgrader
 from .exchange import ACL_XATTR, access_acl
 
 STATE = Path("/var/lib/pytorch-tensors-hub")
@@ -235,7 +235,7 @@ def collect(course: Course, assignment_id: str, exchange: Path = EXCHANGE_ROOT) 
     (:func:`submitted_at`), not the one the student's own process wrote there, which a student can set.
 
     Raises:
-        subprocess.CalledProcessError: nbgrader's collect failed (its output is on the terminal).
+        CourseError: nbgrader's collect failed (its error lines quoted).
         HubError: a collected notebook matches no submission in the exchange.
     """
     _nbgrader(course, "collect", f"--CourseDirectory.submitted_directory={COLLECTED}", assignment_id)
@@ -276,7 +276,7 @@ def release_feedback(course: Course, assignment_id: str) -> list[str]:
 
     Raises:
         HubError: a feedback page of a student whose submission was not collected.
-        subprocess.CalledProcessError: nbgrader's release_feedback failed.
+        CourseError: nbgrader's release_feedback failed (its error lines quoted).
     """
     students = []
     for page in sorted(course.root.glob(f"feedback/*/{assignment_id}/{assignment_id}.html")):
@@ -291,7 +291,14 @@ def release_feedback(course: Course, assignment_id: str) -> list[str]:
 
 
 def _nbgrader(course: Course, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course.root, check=True)
+    """``nbgrader ARGS`` in the course directory (:func:`autograder.course.run_nbgrader`).
+
+    Raises:
+        CourseError: nbgrader failed (its error lines quoted).
+    """
+    process = run_nbgrader(course, *args)
+    if process.returncode != 0:
+        raise nbgrader_failure(process, f"nbgrader {args[0]}")
 
 
 def status(state: Path = STATE) -> str:
