@@ -1109,3 +1109,30 @@ def test_largest_eigenvalue_is_eigvalsh(t07, n, seed, sign):
         t07.largest_eigenvalue(lambda q: q, 0)
     with pytest.raises(ValueError):
         t07.largest_eigenvalue(lambda q: q, n, num_iters=0)
+
+
+# =========================================================================== 01_tensors, 05_broadcasting_amp: extremes
+
+
+def test_tensors_references_keep_extreme_values(t01):
+    x = torch.tensor([-math.inf, -1e30, -0.0, 3.0, math.inf])
+    assert torch.equal(t01.zero_negatives_(x), torch.tensor([0.0, 0.0, 0.0, 3.0, math.inf]))
+    wide = torch.tensor([1e5, -3e38, 1e-30, 65536.0], dtype=torch.bfloat16)
+    array = t01.to_numpy(wide)
+    assert array.dtype == np.float32 and np.array_equal(array, wide.float().numpy())
+    large = torch.tensor([[1e20, -1e20, 3e20], [1e30, 2e30, -1e30]])
+    a = large.double().numpy()
+    expected = (a - a.mean(axis=-1, keepdims=True)) / a.std(axis=-1, keepdims=True)
+    assert_same_tensor(t01.standardize_rows(large), torch.from_numpy(expected).float(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("second", [(4, 4), (1, 2, 3, 4, 4), (2, 1, 4, 4)])
+def test_collate_refuses_a_bad_item_after_a_valid_one_with_value_error(t01, second):
+    with pytest.raises(ValueError):
+        t01.collate([torch.zeros(2, 3, 4, 4), torch.zeros(second)])
+
+
+def test_results_stay_on_the_inputs_device(t01, t05):
+    assert t01.collate([torch.empty(2, 3, 4, 4, device=META), torch.empty(3, 4, 4, device=META)]).device == META
+    assert t05.pairwise_sq_dists(torch.empty(5, 3, device=META), torch.empty(4, 3, device=META)).device == META
+    assert t05.sum_to_shape(torch.empty(2, 3, 4, device=META), (3, 1)).device == META

@@ -116,6 +116,15 @@ def test_every_sample_submission_gets_its_expected_grade(every_sample_graded):
     assert len(wrong) >= 4 * len(course.assignment_ids())
 
 
+def test_a_task_that_earned_some_of_its_points_is_partial_one_that_earned_none_failed(graded):
+    _, results = graded
+    tasks = [t for sample in ALL if sample.student_id.startswith("wrong_") for t in results[sample.student_id].tasks]
+    partial = {(t.grade_id, t.status) for t in tasks if t.autograded and 0 < t.score < t.max_score}
+    failed = {(t.grade_id, t.status) for t in tasks if t.autograded and t.score == 0}
+    assert ("task_2_2_zero_negatives", "partial") in partial and {status for _, status in partial} == {"partial"}
+    assert ("task_2_2_zero_negatives", "failed") in failed and {status for _, status in failed} == {"failed"}
+
+
 def test_there_are_self_scorers():
     assert len(SCORED) >= 4
 

@@ -27,7 +27,7 @@ from ..pipeline.intake.submissions import Submission
 from ..table import columns
 
 TASK_STATUSES = {KERNEL_DIED: "kernel died", TIMEOUT: "timeout", NOT_RUN: "not run"}
-"""A failed test cell's status by the error the executor gave it (any other failure is ``failed``)."""
+"""A failed test cell's status by the error the executor gave it (any other is ``partial`` or ``failed``)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,8 @@ class TaskResult:
     """Some solution cell it grades was changed from the release (a written answer: the answer itself)."""
     needs_manual_grade: bool
     status: str
-    """``ok`` (full marks), ``failed``, ``unattempted`` (the solution cells it checks left as released),
+    """``ok`` (full marks), ``partial`` (some of its points, not all), ``failed`` (none),
+    ``unattempted`` (the solution cells it checks left as released),
     ``timeout``, ``kernel died``, ``not run`` (the kernel could not be brought back), ``invalid notebook``
     (the submission was unreadable), or for a manually graded answer ``manual grade pending``,
     ``graded by hand`` or ``unanswered`` (left as released: nbgrader scores it 0)."""
@@ -299,7 +300,8 @@ def _task_status(
         return "invalid notebook"
     if unattempted:
         return "unattempted"
-    return next((status for ename, status in TASK_STATUSES.items() if ename in enames), "failed")
+    failed = "partial" if grade.score > 0 else "failed"
+    return next((status for ename, status in TASK_STATUSES.items() if ename in enames), failed)
 
 
 TASK_COLUMNS = [
