@@ -1136,3 +1136,50 @@ def test_results_stay_on_the_inputs_device(t01, t05):
     assert t01.collate([torch.empty(2, 3, 4, 4, device=META), torch.empty(3, 4, 4, device=META)]).device == META
     assert t05.pairwise_sq_dists(torch.empty(5, 3, device=META), torch.empty(4, 3, device=META)).device == META
     assert t05.sum_to_shape(torch.empty(2, 3, 4, device=META), (3, 1)).device == META
+
+
+# =========================================================================== 03_devices and 04_autograd: per call
+
+
+@given(
+    machines=st.lists(st.tuples(st.booleans(), st.booleans(), st.integers(1, 3)), min_size=1, max_size=4),
+    index=st.integers(0, 3),
+)
+def test_choose_device_asks_the_machine_on_every_call(t03, machines, index):
+    from unittest import mock
+
+    for cuda, mps, count in machines:
+        with (
+            mock.patch("torch.cuda.is_available", return_value=cuda),
+            mock.patch("torch.cuda.device_count", return_value=count if cuda else 0),
+            mock.patch("torch.backends.mps.is_available", return_value=mps),
+        ):
+            best = "cuda" if cuda else "mps" if mps else "cpu"
+            assert t03.choose_device(env={}) == torch.device(best)
+            assert t03.choose_device(env={"COURSE_DEVICE": " cpu "}) == torch.device("cpu")
+            if cuda and index < count:
+                assert t03.choose_device(env={"COURSE_DEVICE": f"cuda:{index}"}) == torch.device("cuda", index)
+            else:
+                with pytest.raises(RuntimeError):
+                    t03.choose_device(f"cuda:{index}", env={"COURSE_DEVICE": "cpu"})
+
+
+@given(n=st.integers(1, 4), k=st.integers(0, 4), limit=st.sampled_from([0.5, 2.0, 1e9]))
+def test_early_exit_and_linear_grads_stay_on_the_inputs_device_whatever_the_default(t04, n, k, limit):
+    x = torch.linspace(0.25, 1.0, n, dtype=torch.float64)
+    weights = [torch.full((n,), 1.5 + i, dtype=torch.float64, requires_grad=True) for i in range(k)]
+    X, W, b = (torch.ones(shape, dtype=torch.float64) for shape in [(n, 2), (3, n), (3, 1)])
+    with torch.device(META):
+        used, grads = t04.early_exit_grads(x, weights, limit)
+        results = t04.linear_grads_autograd(X, W, b)
+    assert type(used) is int and [g.device.type for g in grads] == ["cpu"] * k
+    assert [t.device.type for t in results] == ["cpu"] * 3
+    assert all(not g.requires_grad for g in [*grads, *results])
+
+
+@given(dtype=st.sampled_from([np.float32, np.float64]), m=st.integers(0, 3))
+def test_linear_grads_numpy_loss_is_a_python_float(t04, dtype, m):
+    X, W, b = np.ones((2, m), dtype=dtype), np.ones((3, 2), dtype=dtype), np.ones((3, 1), dtype=dtype)
+    loss, dW, db = t04.linear_grads_numpy(X, W, b)
+    assert type(loss) is float and loss == 27.0 * m  # every entry of Z is 1 + 1 + 1
+    assert dW.dtype == dtype and db.dtype == dtype
