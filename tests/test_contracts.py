@@ -1183,3 +1183,17 @@ def test_linear_grads_numpy_loss_is_a_python_float(t04, dtype, m):
     loss, dW, db = t04.linear_grads_numpy(X, W, b)
     assert type(loss) is float and loss == 27.0 * m  # every entry of Z is 1 + 1 + 1
     assert dW.dtype == dtype and db.dtype == dtype
+
+
+# =========================================================================== 07_hvp_challenge: scales of the spectrum
+
+
+@given(exponent=st.integers(-14, 8), seed=st.integers(0, 999), sign=st.sampled_from([1.0, -1.0]))
+def test_largest_eigenvalue_is_relative_at_every_scale(t07, exponent, seed, sign):
+    """The stopping rule is relative and only an exact zero vector gives 0.0, so scaling H scales the estimate."""
+    gen = torch.Generator().manual_seed(seed)
+    Q, _ = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=torch.float64))
+    scale = 10.0**exponent
+    H = Q @ torch.diag(torch.tensor([sign, 0.5, 0.1, -0.01], dtype=torch.float64) * scale) @ Q.T
+    result = t07.largest_eigenvalue(lambda q: H @ q, 4, seed=seed)
+    assert type(result) is float and result == pytest.approx(sign * scale, rel=1e-6, abs=0.0)
