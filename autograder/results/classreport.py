@@ -19,7 +19,7 @@ from matplotlib.figure import Figure  # not pyplot: no global state, no display;
 from matplotlib.ticker import MaxNLocator
 
 from .. import spreadsheet
-from ..course import Course, CourseError
+from ..course import Course, CourseError, gradebook_file_missing
 from .report import SubmissionResult, TaskResult, columns, gradebook_results, write_task_results
 
 
@@ -130,8 +130,8 @@ def class_report(course: Course) -> ClassReport:
     Raises:
         CourseError: the course has no gradebook yet (nothing was graded).
     """
-    if not (course.root / "gradebook.db").exists():
-        raise CourseError(f"no gradebook.db in {course.root}: nothing graded yet (python -m autograder grade ...)")
+    if gradebook_file_missing(course.db_url):
+        raise CourseError(f"no gradebook at {course.db_url}: nothing graded yet (python -m autograder grade ...)")
     return ClassReport(gradebook_results(course))
 
 
