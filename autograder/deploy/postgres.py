@@ -83,9 +83,10 @@ def start(
     bin = binaries()
     account = pwd.getpwnam(owner())
     fresh = not (server.data / "PG_VERSION").exists()
-    for folder, mode in ((server.data, 0o700), (server.socket, 0o710 if staff_group is not None else 0o700)):
+    socket_group, socket_mode = (account.pw_gid, 0o700) if staff_group is None else (staff_group, 0o710)
+    for folder, group, mode in ((server.data, account.pw_gid, 0o700), (server.socket, socket_group, socket_mode)):
         folder.mkdir(parents=True, exist_ok=True)
-        os.chown(folder, account.pw_uid, staff_group if folder == server.socket and staff_group else account.pw_gid)
+        os.chown(folder, account.pw_uid, group)
         folder.chmod(mode)
     if fresh:
         _as_owner([str(bin / "initdb"), "-D", str(server.data), "-U", account.pw_name, "-E", "UTF8", "--no-locale"])
