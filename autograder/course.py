@@ -77,10 +77,13 @@ class Course:
         Raises:
             traitlets.config.ConfigFileNotFound or the file's own exception: a configuration file cannot be run.
         """
-        config = Config()
-        for path in reversed([path for path in self.nbgrader_config_files() if path.is_file()]):
-            loader = PyFileConfigLoader if path.suffix == ".py" else JSONFileConfigLoader
-            config.merge(loader(path.name, str(path.parent)).load_config())
+        config, search_path = Config(), list(sys.path)
+        try:
+            for path in reversed([path for path in self.nbgrader_config_files() if path.is_file()]):
+                loader = PyFileConfigLoader if path.suffix == ".py" else JSONFileConfigLoader
+                config.merge(loader(path.name, str(path.parent)).load_config())
+        finally:
+            sys.path[:] = search_path  # the course's file puts its folder first, for nbgrader's own processes
         configured = config.CourseDirectory.get("db_url")
         return configured or f"sqlite:///{self.root / 'gradebook.db'}"
 
@@ -129,6 +132,17 @@ def gradebook_file_missing(db_url: str) -> bool:
     """Whether ``db_url`` names an SQLite file that does not exist (nbgrader creates it, running ``alembic``, when
     it opens it)."""
     return db_url.startswith("sqlite:///") and not Path(db_url.removeprefix("sqlite:///")).exists()
+
+
+def require_gradebook(course: Course) -> None:
+    """Check that the course has been graded into its gradebook, as far as can be told without creating it.
+
+    Raises:
+        CourseError: the gradebook is an SQLite file that does not exist yet (nothing graded yet).
+    """
+    if gradebook_file_missing(course.db_url):
+        path = Path(course.db_url.removeprefix("sqlite:///"))
+        raise CourseError(f"no {path.name} in {path.parent}: nothing graded yet (python -m autograder grade ...)")
 
 
 def write_atomically(target: Path, text: str) -> None:

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure  # not pyplot: no global state, no display;
 from matplotlib.ticker import MaxNLocator
 
 from .. import spreadsheet
-from ..course import Course, CourseError, gradebook_file_missing
+from ..course import Course, require_gradebook
 from .report import SubmissionResult, TaskResult, columns, gradebook_results, write_task_results
 
 
@@ -130,8 +130,7 @@ def class_report(course: Course) -> ClassReport:
     Raises:
         CourseError: the course has no gradebook yet (nothing was graded).
     """
-    if gradebook_file_missing(course.db_url):
-        raise CourseError(f"no gradebook at {course.db_url}: nothing graded yet (python -m autograder grade ...)")
+    require_gradebook(course)
     return ClassReport(gradebook_results(course))
 
 
