@@ -140,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="start: create the accounts instructor1, grader1, student1..3 (passwords in docs/hub.md)",
     )
+    hub_parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="start: keep the gradebook in a PostgreSQL server of the hub's own (several graders at once)",
+    )
     hub_parser.add_argument("--ip", default="127.0.0.1", help="start: the address the hub listens on")
     hub_parser.add_argument(
         "--port", type=int, default=8000, help="start: the hub's port (it also uses the next two and port + 81)"
@@ -376,6 +381,7 @@ def _hub(course: Course, args: argparse.Namespace) -> int:
             students=accounts["students"],
             ip=args.ip,
             port=args.port,
+            postgres=args.postgres,
         )
         print(hub.start(course, settings, demo=args.demo))
     elif args.action == "stop":

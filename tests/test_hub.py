@@ -60,22 +60,27 @@ def _cli(*args: str, user: str | None = None, cwd: Path | None = None, timeout: 
     return _run(command, user=user, cwd=cwd or ROOT, timeout=timeout)
 
 
+def _as_user(command: list[str], user: str) -> tuple[list[str], dict[str, str]]:
+    """``command`` run as ``user`` (``runuser``) and its environment: the hub's for that user's role."""
+    roles = {"instructor": hub.DEMO_ACCOUNTS["instructors"], "grader": hub.DEMO_ACCOUNTS["graders"]}
+    role = next((role for role, users in roles.items() if user in users), "student")
+    env = {
+        "HOME": pwd.getpwnam(user).pw_dir,
+        "USER": user,
+        "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "JUPYTER_CONFIG_PATH": str(hub.STATE / "jupyter" / role),
+        "PYTHONHASHSEED": "0",
+        "PYTHONPATH": str(ROOT),
+        "COURSE_DEVICE": "cpu",
+    }
+    return ["runuser", "-u", user, "--", *command], env
+
+
 def _run(command: list[str], *, user: str | None = None, cwd: Path | None = None, timeout: float = 600) -> str:
     env = dict(os.environ)
     if user is not None:
-        home = pwd.getpwnam(user).pw_dir
-        role = "instructor" if user in hub.DEMO_ACCOUNTS["instructors"] else "student"
-        env = {
-            "HOME": home,
-            "USER": user,
-            "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
-            "JUPYTER_CONFIG_PATH": str(hub.STATE / "jupyter" / role),
-            "PYTHONHASHSEED": "0",
-            "PYTHONPATH": str(ROOT),
-            "COURSE_DEVICE": "cpu",
-        }
-        command = ["runuser", "-u", user, "--", *command]
-        cwd = cwd or Path(home)
+        command, env = _as_user(command, user)
+        cwd = cwd or Path(pwd.getpwnam(user).pw_dir)
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode:
         raise AssertionError(f"{command} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
@@ -173,11 +178,18 @@ class BrowserUser:
         return text
 
 
+def _modes(folder: Path) -> dict[str, int]:
+    return {entry.name: entry.lstat().st_mode for entry in folder.iterdir()}
+
+
 @pytest.fixture(scope="module")
 def demo_hub():
+    """The demo hub with its gradebook on PostgreSQL; yields the modes of the repository's entries before it
+    started."""
     _clean()
-    started = _cli("hub", "start", "--demo", "--port", str(PORT))
-    yield started
+    before = _modes(ROOT)
+    _cli("hub", "start", "--demo", "--postgres", "--port", str(PORT))
+    yield before
     _cli("hub", "stop")
     _clean()
 
@@ -260,6 +272,10 @@ def test_release_fetch_submit_collect_grade_feedback(logged_in, chromium_context
     validated = student2.server("POST", "assignments/validate", data={"path": notebook}).json()
     assert validated["success"], validated
     time.sleep(1)  # nbgrader names a submission by its time: the second one must come later
+    due = datetime.now(timezone.utc)  # student1's and student2's first submission are in time, the second late
+    _run(["nbgrader", "db", "assignment", "add", ASSIGNMENT, f"--duedate={due:%Y-%m-%d %H:%M:%S.%f} UTC"],
+         user="instructor1", cwd=hub.COURSE_ROOT)
+    time.sleep(1)
     student2.assignments("submit")
     assert len(list(INBOUND.glob(f"student2+{ASSIGNMENT}+*"))) == 2
     course = ("--course", str(hub.COURSE_ROOT))
@@ -277,10 +293,16 @@ def test_release_fetch_submit_collect_grade_feedback(logged_in, chromium_context
         _cli("--course", str(outside.root), "grade", str(download))
         assert in_hub == _grades(outside.root / "grades.csv")
     assert in_hub["student1"] > in_hub["student2"] > 0
+    late = {row["student_id"]: row["late"] for row in _rows(hub.COURSE_ROOT / "task_results.csv")}
+    assert late["student2"] and not late["student1"], late  # the latest submission, after the due date
     hand_graded = _hand_grade(chromium_context, "grader1", "student1")
     assert hand_graded > 0
     _cli(*course, "report", user="instructor1")
     assert _grades(hub.COURSE_ROOT / "grades.csv") == in_hub | {"student1": in_hub["student1"] + hand_graded}
+    _two_graders_at_once()
+    _cli(*course, "report", user="instructor1")
+    both = {"student1": in_hub["student1"] + hand_graded, "student2": in_hub["student2"] + hand_graded}
+    assert _grades(hub.COURSE_ROOT / "grades.csv") == both
     released = _cli(*course, "hub", "feedback", ASSIGNMENT, user="instructor1")
     assert "feedback released to: student1, student2" in released
     browser.page.click("#refresh_assignments_list")
@@ -327,11 +349,60 @@ def _hand_grade(context, grader: str, student: str) -> float:
     return sum(by_hand.values())
 
 
+BY_HAND = """
+import sys
+from pathlib import Path
+from nbgrader.api import Gradebook
+from autograder.course import Course
+student, comment = sys.argv[1:]
+url = Course(Path.cwd()).db_url
+with Gradebook(url) as gradebook:
+    for _ in range(20):
+        for notebook in gradebook.find_submission("%s", student).notebooks:
+            for grade in notebook.grades:
+                if grade.auto_score is None:
+                    grade.manual_score = grade.max_score
+            for remark in notebook.comments:
+                remark.manual_comment = comment
+        gradebook.db.commit()
+print(url)
+""" % ASSIGNMENT
+"""As the user it runs as, in the course directory, through nbgrader's gradebook API: give full marks to every
+answer of the student graded by hand and write a comment on every cell, twenty times over, one commit each."""
+
+
+def _two_graders_at_once() -> None:
+    """instructor1 (student2's answers) and grader1 (student1's, which grader1 already graded in formgrader) grade
+    by hand at the same time, each in their own process; both land."""
+    comments = {"instructor1": ("student2", "Say what the view shares."), "grader1": ("student1", "Well argued.")}
+    graders = {}
+    for user, (student, comment) in comments.items():
+        command, env = _as_user([sys.executable, "-c", BY_HAND, student, comment], user)
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        graders[user] = subprocess.Popen(command, cwd=hub.COURSE_ROOT, env=env, text=True, **pipes)
+    for user, process in graders.items():
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, (user, err)
+        assert out.startswith("postgresql+psycopg2://"), out
+    assert not (hub.COURSE_ROOT / "gradebook.db").exists()
+    read = "; ".join([
+        "from pathlib import Path", "from nbgrader.api import Gradebook", "from autograder.course import Course",
+        "gradebook = Gradebook(Course(Path.cwd()).db_url)",
+        f"print(sorted({{(s.student.id, c.manual_comment) for s in gradebook.assignment_submissions('{ASSIGNMENT}')"
+        " for n in s.notebooks for c in n.comments}))",
+    ])
+    written = _run([sys.executable, "-c", read], user="instructor1", cwd=hub.COURSE_ROOT)
+    assert str(sorted(comments.values())) in written.splitlines(), written
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as file:
+        return list(csv.DictReader(file))
+
+
 def _grades(path: Path) -> dict[str, float]:
     """``{student: score}`` of ASSIGNMENT in a grades.csv."""
-    with open(path, newline="", encoding="utf-8") as file:
-        rows = list(csv.DictReader(file))
-    return {row["student_id"]: float(row["score"]) for row in rows if row["assignment"] == ASSIGNMENT}
+    return {row["student_id"]: float(row["score"]) for row in _rows(path) if row["assignment"] == ASSIGNMENT}
 
 
 CANNOT_READ = [
@@ -371,6 +442,15 @@ def test_a_student_cannot_read_or_remove_another_submission_even_by_its_name(log
         assert (submission / f"{ASSIGNMENT}.ipynb").exists()
 
 
+def test_a_student_cannot_open_the_gradebook_database(logged_in):
+    server = hub.gradebook_server()
+    login = {"dbname": server.database, "user": server.database, "host": str(server.socket)}
+    connect = f"import psycopg2; psycopg2.connect(**{login!r})"
+    command = ["runuser", "-u", "student1", "--", sys.executable, "-c", connect]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode != 0 and "Permission denied" in done.stderr, done.stderr
+
+
 def test_a_student_cannot_open_formgrader(logged_in):
     student = logged_in["student1"]
     page = student.http.get(f"{BASE}/services/{hub.COURSE_ID}/formgrader/", timeout=60)
@@ -403,3 +483,8 @@ def test_stop_leaves_no_process(demo_hub):
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{BASE}/hub/api/", timeout=5)
     assert not (hub.STATE / "opened.json").exists()
+    assert not hub.gradebook_server().running
+    after = _modes(ROOT)  # the repository's entries as they were before the hub started (others may come meanwhile)
+    assert {name: after[name] for name in demo_hub if name in after} == {
+        name: mode for name, mode in demo_hub.items() if name in after
+    }

@@ -11,6 +11,7 @@ What ``start`` sets up and runs (as root; docs/hub.md):
 - nbgrader's exchange (:data:`EXCHANGE_ROOT`), and per role a Jupyter configuration folder that points each user's
   nbgrader at it and at the course;
 - with ``demo``, the accounts of :data:`DEMO_ACCOUNTS` and their passwords (:func:`demo_password`).
+- with ``postgres``, a PostgreSQL server for the gradebook (:func:`gradebook_server`, :mod:`.postgres`).
 
 The hub's state folder (:data:`STATE`) holds the settings, the logs and the pid files; every process the hub starts
 carries ``PYTORCH_TENSORS_HUB=<state folder>`` in its environment, by which ``stop`` finds and ends them all.
@@ -37,6 +38,7 @@ from pathlib import Path
 import psutil
 
 from ..course import Course, CourseError, nbgrader_failure, run_nbgrader
+from . import postgres
 from .exchange import ACL_XATTR, access_acl
 
 STATE = Path("/var/lib/pytorch-tensors-hub")
@@ -68,6 +70,8 @@ PROXY_PACKAGE_DIR = "/usr/share/nodejs"
 look there by itself)."""
 
 
+CLOSED = "closed.json"
+"""In the state folder: the modes of the repository's entries before ``start`` closed them, restored by ``stop``."""
 COLLECTED = "collected"
 """Where ``hub collect`` puts the exchange's submissions in the course directory, in nbgrader's ``submitted/`` layout
 (``grade`` reads them from there and writes its own ``submitted/``)."""
@@ -100,6 +104,8 @@ class Settings:
     proxy: str = field(default_factory=lambda: shutil.which("configurable-http-proxy") or "configurable-http-proxy")
     memory_limit: int = MEMORY_LIMIT
     process_limit: int = PROCESS_LIMIT
+    postgres: bool = False
+    """Keep the gradebook in a PostgreSQL server of the hub's own (:func:`gradebook_server`), not in SQLite."""
 
     @property
     def hub_port(self) -> int:
@@ -115,6 +121,12 @@ class Settings:
     def formgrader_port(self) -> int:
         """The formgrader service's port (on 127.0.0.1): ``port + 2``."""
         return self.port + 2
+
+    @property
+    def gradebook_url(self) -> str | None:
+        """The gradebook's URL that the staff's nbgrader configuration names (``CourseDirectory.db_url``): the
+        hub's PostgreSQL server's with :attr:`postgres`, else none (nbgrader's SQLite file in the course)."""
+        return gradebook_server(Path(self.state)).url if self.postgres else None
 
     @property
     def url(self) -> str:
@@ -141,18 +153,27 @@ class Settings:
         return cls(**{key: value for key, value in data.items() if key in cls.__dataclass_fields__})
 
 
+def gradebook_server(state: Path = STATE) -> postgres.Server:
+    """The PostgreSQL server of the hub started with ``state`` (``hub start --postgres``): its data in
+    ``state/postgres``, its socket in ``state/postgres-socket``."""
+    return postgres.Server(data=state / "postgres", socket=state / "postgres-socket")
+
+
 def start(course: Course, settings: Settings, *, demo: bool = False, timeout: float = 120.0) -> str:
     """Start the hub in the background (as root) and return what :func:`status` then says; a hub already running
     from ``settings.state`` is left as it is.
 
     ``demo``: create the demo accounts first (:data:`DEMO_ACCOUNTS`, :func:`demo_password`); without it every user
     named in ``settings`` must already have a Unix account. The course directory is copied from ``course`` only
-    when it does not exist yet (an instructor's work there is never overwritten).
+    when it does not exist yet (an instructor's work there is never overwritten). With ``settings.postgres`` the
+    hub's PostgreSQL server (:func:`gradebook_server`) is started too, the instructors and graders may log in to
+    it, and their nbgrader configuration names it as the gradebook.
 
     Raises:
         HubError: not root, a user without an account, a port taken, a folder above this environment's Python
             closed to others that already has an ACL (:func:`_open_path`), or the hub not answering within
             ``timeout`` seconds (its log's end is in the message).
+        CourseError: PostgreSQL asked for and not installed, or it did not start (its output quoted).
     """
     state = Path(settings.state)
     if _hub_pid(state) is not None:
@@ -170,13 +191,16 @@ def start(course: Course, settings: Settings, *, demo: bool = False, timeout: fl
     _set_up_state(settings)
     _open_path(settings, state)
     _set_up_course(course, settings)
-    _close_repository(Path(settings.package_root))
+    _close_repository(Path(settings.package_root), state)
     environment = os.environ | {
         "PYTORCH_TENSORS_HUB": str(state),
         "PYTORCH_TENSORS_HUB_SETTINGS": str(state / "settings.json"),
         "PATH": os.pathsep.join([str(Path(settings.python).parent), os.environ.get("PATH", "/usr/bin:/bin")]),
         "NODE_PATH": os.pathsep.join(filter(None, [os.environ.get("NODE_PATH"), PROXY_PACKAGE_DIR])),
     }
+    if settings.postgres:
+        staff, group = settings.instructors + settings.graders, grp.getgrnam(GRADERS_GROUP).gr_gid
+        postgres.start(gradebook_server(state), staff, staff_group=group, env=environment)
     with open(state / "jupyterhub.log", "ab") as log:
         hub = subprocess.Popen(
             [settings.python, "-m", "jupyterhub", "-f", str(CONFIG_FILE)],
@@ -200,13 +224,19 @@ def start(course: Course, settings: Settings, *, demo: bool = False, timeout: fl
 
 def stop(state: Path = STATE, *, timeout: float = 30.0) -> list[int]:
     """Stop the hub started with ``state`` and every process it started (proxy, users' servers, their kernels and
-    terminals, services): SIGTERM to the hub (which stops its servers and proxy), then SIGKILL to whatever still
-    carries the hub's mark after ``timeout`` seconds. Returns the process ids that were running; nothing running is
-    not an error."""
+    terminals, services, the PostgreSQL server): SIGTERM to the hub (which stops its servers and proxy), PostgreSQL's
+    own fast shutdown, then SIGKILL to whatever still carries the hub's mark after ``timeout`` seconds. The modes and
+    ACLs that ``start`` changed on folders outside the hub's own are restored. Returns the process ids that were
+    running; nothing running is not an error.
+
+    Raises:
+        CourseError: PostgreSQL's ``pg_ctl stop`` failed (its output quoted).
+    """
     running = hub_processes(state)
     pid = _hub_pid(state)
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
+    postgres.stop(gradebook_server(state))
     deadline = time.monotonic() + timeout
     while hub_processes(state) and time.monotonic() < deadline:
         time.sleep(0.3)
@@ -223,6 +253,11 @@ def stop(state: Path = STATE, *, timeout: float = 30.0) -> list[int]:
             os.removexattr(folder, ACL_XATTR)
             os.chmod(folder, mode)
         opened.unlink()
+    closed = state / CLOSED
+    if closed.exists():
+        for entry, mode in json.loads(closed.read_text(encoding="utf-8")).items():
+            os.chmod(entry, mode)
+        closed.unlink()
     return sorted(process.pid for process in running)
 
 
@@ -434,13 +469,21 @@ def _set_up_course(course: Course, settings: Settings) -> None:
     exchange.chmod(0o1777)
 
 
-def _close_repository(root: Path) -> None:
+def _close_repository(root: Path, state: Path) -> None:
     """The repository the users' servers import this package from must be passable by them, but they must read
     nothing else of it (solutions in source/, notebooks/, tests/; a gradebook): every top-level entry but the
-    package and the virtual environment is closed to others (``o-rwx``)."""
+    package and the virtual environment is closed to others (``o-rwx``) while the hub runs. Each entry's mode before
+    is kept in ``state/closed.json`` (the first one, when a hub that was not stopped starts again), which ``stop``
+    restores."""
+    record = state / CLOSED
+    before = json.loads(record.read_text(encoding="utf-8")) if record.exists() else {}
     for entry in root.iterdir():
         if entry.name not in ("autograder", ".venv") and not entry.is_symlink():
-            entry.chmod(stat.S_IMODE(entry.stat().st_mode) & ~0o007)
+            mode = stat.S_IMODE(entry.stat().st_mode)
+            before.setdefault(str(entry), mode)
+            entry.chmod(mode & ~0o007)
+    record.write_text(json.dumps(before), encoding="utf-8")
+    record.chmod(0o600)
 
 
 def _set_up_state(settings: Settings) -> None:
@@ -455,6 +498,8 @@ def _set_up_state(settings: Settings) -> None:
         'c.ExchangeFactory.submit = "autograder.deploy.exchange.PrivateSubmit"\n'
     )
     staff = f"c.CourseDirectory.root = {settings.course_root!r}\n"
+    if settings.gradebook_url:
+        staff += f"c.CourseDirectory.db_url = {settings.gradebook_url!r}\n"
     for role, extra in {"student": "", "grader": staff, "instructor": staff}.items():
         folder = state / "jupyter" / role
         folder.mkdir(parents=True, exist_ok=True)

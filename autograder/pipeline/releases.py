@@ -21,7 +21,15 @@ import nbformat
 import nbgrader
 from nbgrader.api import Gradebook, MissingEntry
 
-from ..course import Course, CourseError, generate_assignment, hash_files, nbgrader_errors, read_notebook
+from ..course import (
+    Course,
+    CourseError,
+    generate_assignment,
+    gradebook_file_missing,
+    hash_files,
+    nbgrader_errors,
+    read_notebook,
+)
 from .execute import STORE
 from .nbgrader_process import Session
 
@@ -98,7 +106,7 @@ def recorded_cells(db_url: str, assignment_id: str) -> str:
     and its grade, solution, task and source cells as nbgrader's ``SaveCells`` records them (names, points, cell
     types, locks, sources, checksums); empty when it holds no such assignment, or is an SQLite file not there (it
     is not created: nbgrader does that, running ``alembic``)."""
-    if db_url.startswith("sqlite:///") and not Path(db_url.removeprefix("sqlite:///")).exists():
+    if gradebook_file_missing(db_url):
         return ""
     with Gradebook(db_url) as gradebook:
         try:

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure  # not pyplot: no global state, no display;
 from matplotlib.ticker import MaxNLocator
 
 from .. import spreadsheet
-from ..course import Course, CourseError
+from ..course import Course, require_gradebook
 from .report import SubmissionResult, TaskResult, columns, gradebook_results, write_task_results
 
 
@@ -130,8 +130,7 @@ def class_report(course: Course) -> ClassReport:
     Raises:
         CourseError: the course has no gradebook yet (nothing was graded).
     """
-    if not (course.root / "gradebook.db").exists():
-        raise CourseError(f"no gradebook.db in {course.root}: nothing graded yet (python -m autograder grade ...)")
+    require_gradebook(course)
     return ClassReport(gradebook_results(course))
 
 

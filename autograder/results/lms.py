@@ -45,7 +45,7 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 
 from .. import spreadsheet
-from ..course import Course, CourseError, write_atomically
+from ..course import Course, CourseError, require_gradebook, write_atomically
 from ..pipeline.intake.roster import Mapping
 from ..pipeline.intake.submissions import Submission
 from .report import MARKED_LATE, gradebook_results
@@ -180,8 +180,7 @@ def export(
             f"--feedback-zip is for Moodle's 'Upload multiple feedback files in a zip'; {platform} has no bulk "
             "feedback-file upload: return the pages in feedback/ another way"
         )
-    if not (course.root / "gradebook.db").exists():
-        raise CourseError(f"no gradebook.db in {course.root}: nothing graded yet (python -m autograder grade ...)")
+    require_gradebook(course)
     students, max_score = _students(course, assignment_id)
     output = output or course.root / f"lms_{platform}_{assignment_id}.csv"
     title = title or assignment_id

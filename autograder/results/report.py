@@ -130,7 +130,7 @@ def gradebook_results(course: Course) -> list[SubmissionResult]:
     late mark of the batch that graded it last (:data:`SUBMISSIONS_FILE`; empty for one graded before it was kept),
     and those that nbgrader could not grade; by assignment, then student.
 
-    The gradebook must exist (``gradebook.db`` in the course directory).
+    The gradebook must exist (an SQLite one is not created here: :func:`autograder.course.gradebook_file_missing`).
     """
     remembered = _remembered(course)
     sources: dict[str, _Source] = {}
