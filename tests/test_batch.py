@@ -158,9 +158,9 @@ def _failed_tests(notebook) -> list[str]:
 
 def test_the_benchmark_grades_like_stock_nbgrader(course_copy):
     """Two generated students (the reference, a wrong answer) on 03, whose notebook sizes its work by
-    NBGRADER_EXECUTION: stock, our autograde, our ``grade`` and its first run score alike (the comparison that found
-    the batch's reference run missing NBGRADER_EXECUTION) and every side but our autograde alone wrote each
-    submission's feedback page; times are printed, not judged. ``benchmark`` itself grades every assignment."""
+    NBGRADER_EXECUTION: stock, our ``grade`` and its first run score alike (the comparison that found the batch's
+    reference run missing NBGRADER_EXECUTION) and every side wrote each submission's feedback page; times are
+    printed, not judged. ``benchmark`` itself grades every assignment."""
     result = benchmark(course_copy, students=2, assignment_ids=["03_devices"], workers=2)
     assert (result.notebooks, result.references) == (2, 1)
     assert result.differences == []
