@@ -18,6 +18,8 @@ import pytest
 from distributed import Client
 
 from autograder.pipeline import batch, verdict
+from autograder.pipeline.intake import submissions as intake
+from autograder.pipeline.releases import update_gradebook
 from autograder.harness.benchmark import benchmark, scores
 from autograder.course import ROOT, Course, copy_course, grade_id, is_autograder_tests
 from autograder.pipeline.execute import STORE
@@ -156,9 +158,9 @@ def _failed_tests(notebook) -> list[str]:
 
 def test_the_benchmark_grades_like_stock_nbgrader(course_copy):
     """Two generated students (the reference, a wrong answer) on 03, whose notebook sizes its work by
-    NBGRADER_EXECUTION: stock, our autograde, our ``grade`` and its first run score alike (the comparison that found
-    the batch's reference run missing NBGRADER_EXECUTION) and every side but our autograde alone wrote each
-    submission's feedback page; times are printed, not judged. ``benchmark`` itself grades every assignment."""
+    NBGRADER_EXECUTION: stock, our ``grade`` and its first run score alike (the comparison that found the batch's
+    reference run missing NBGRADER_EXECUTION) and every side wrote each submission's feedback page; times are
+    printed, not judged. ``benchmark`` itself grades every assignment."""
     result = benchmark(course_copy, students=2, assignment_ids=["03_devices"], workers=2)
     assert (result.notebooks, result.references) == (2, 1)
     assert result.differences == []
@@ -175,6 +177,32 @@ def test_a_reference_asked_for_before_the_batch_executes_runs_then_and_is_stored
         run = local.execute([])
     assert stored.exists() and json.loads(stored.read_text())
     assert (run.executed, run.failed, run.breached) == (0, [], [])
+
+
+def test_references_beyond_one_per_worker_run_among_the_submissions_each_ahead_of_its_assignment(course_copy, tmp_path):
+    """One worker, the references of three assignments asked for as grade asks (the first starts, the others wait),
+    then one reference submission of each executed: the first assignment's submission is ready for nbgrader before
+    the third assignment's reference has run, and every reference is stored in the end."""
+    first, second, third = course_copy.assignment_ids()[:3]
+    chosen = [next(s for s in samples(course_copy, a) if s.student_id == "reference") for a in (first, second, third)]
+    download = write_download(chosen, tmp_path / "download")
+    releases = {a: update_gradebook(course_copy, a) for a in (first, second, third)}
+    with intake.opened(download, course=course_copy, release=releases.__getitem__) as found:
+        for submission in found.submissions:
+            intake.place(course_copy, submission, release=releases[submission.assignment_id])
+    submissions = sorted(found.submissions, key=lambda s: [first, second, third].index(s.assignment_id))
+    stored = {a: verdict.stored_reference(course_copy, a) for a in (first, second, third)}
+    references_stored_when_ready = {}
+
+    def ready(submission):
+        references_stored_when_ready[submission.assignment_id] = [a for a, path in stored.items() if path.exists()]
+
+    with batch.Batch(course_copy, isolated=True, workers=1) as local:
+        for assignment_id in (first, second, third):
+            local.reference(assignment_id)
+        run = local.execute(submissions, ready=ready)
+    assert (run.executed, run.failed, run.breached) == (3, [], [])
+    assert references_stored_when_ready == {first: [first], second: [first, second], third: [first, second, third]}
 
 
 def test_one_job_more_is_allowed_after_three_looks_with_half_a_cpu_idle_up_to_the_most(monkeypatch):

@@ -14,7 +14,6 @@ Each side gets its own scratch course directory and gradebook, the assignments' 
 - **the references**, on their own before the rest: each assignment's
   reference solution executed for its check records, as the batch does the
   first time it grades a version of source/ and ``checks.py`` (it stores them,
-  :func:`autograder.pipeline.verdict.stored_reference`, and every later run reuses
   them); the sides below that need them read the same stored records;
 - **stock autograde**: ``nbgrader autograde "*"`` over the placed submissions (placed untimed) with nbgrader's
   own autograde preprocessors and ``Execute`` (kernels as plain processes, graceful shutdown), one notebook at a
@@ -22,20 +21,17 @@ Each side gets its own scratch course directory and gradebook, the assignments' 
   ``Execute``: the course's hidden tests hand the kernel no expected value, so nbgrader alone cannot judge them;
 - **stock feedback**: then ``nbgrader generate_feedback "*"`` with nbgrader's own feedback preprocessors and
   nbconvert's ``HTMLExporter`` as nbgrader configures it;
-- **ours, autograde**: what ``grade`` does for the autograde alone
-  (:class:`autograder.grading.session.Passes` without feedback, over the same placed submissions): the
-  batch (:mod:`autograder.pipeline.batch`, kernels in the sandbox unless ``isolated``
-  is False), each submission autograded, as soon as it is executed, by one
-  nbgrader process with the course's preprocessors;
 - **ours, end to end**: :func:`autograder.grading.grade.grade` of the download as an instructor runs it (intake,
-  autograde, feedback pages, grades.csv and the reports), the references stored and, as on every side, the
-  assignments' grade cells recorded in the gradebook beforehand (untimed);
+  the batch of :mod:`autograder.pipeline.batch` with kernels in the sandbox unless ``isolated`` is False, each
+  submission autograded as soon as it is executed by one nbgrader process with the course's preprocessors,
+  feedback pages, grades.csv and the reports), the references stored and, as on every side, the assignments' grade
+  cells recorded in the gradebook beforehand (untimed);
 - **ours, a course version's first run**: the same in a course with no stored references, which ``grade`` runs
   while it reads the download.
 
-The report gives stock's time over ours for the autograde, end to end (stock's autograde plus feedback), and for
-a first run (stock's end to end plus the reference runs it reads). Then every grade cell's score in the
-gradebooks is compared, and every submission must have a feedback page on each side.
+The report gives stock's time over ours end to end (stock's autograde plus feedback) and for a first run (stock's
+end to end plus the reference runs it reads). Then every grade cell's score in the three gradebooks is compared,
+and every submission must have a feedback page on each side.
 """
 
 from __future__ import annotations
@@ -57,7 +53,7 @@ from nbgrader.converters import Autograde, GenerateFeedback
 
 from ..pipeline import batch
 from ..pipeline.intake import submissions as intake
-from ..grading import grade, session
+from ..grading import grade
 from ..pipeline import verdict
 from ..course import Course, CourseError, copy_course, nbgrader_failure, run_nbgrader
 from ..pipeline.releases import update_gradebook
@@ -92,8 +88,6 @@ class BenchmarkResult:
     """Stock ``nbgrader autograde``."""
     stock_feedback_seconds: float
     """Stock ``nbgrader generate_feedback`` after it."""
-    ours_seconds: float
-    """Our autograde alone, the references stored."""
     end_to_end_seconds: float
     """Our ``grade`` of the download, the references stored."""
     first_run_seconds: float
@@ -102,13 +96,8 @@ class BenchmarkResult:
     """Executing the assignments' reference solutions (stored by ours' first run of a course version)."""
     references: int
     differences: list[str]
-    """``student/assignment/grade_id: stock X, ours Y`` for every grade cell scored differently by any side (empty:
-    identical), and ``side: no feedback page for student/assignment`` for every page missing."""
-
-    @property
-    def ratio(self) -> float:
-        """Stock's autograde time over ours, the references already stored."""
-        return self.stock_seconds / self.ours_seconds
+    """``student/assignment/grade_id: stock X, end to end Y, first run Z`` for every grade cell scored differently
+    by any side (empty: identical), and ``side: no feedback page for student/assignment`` for every page missing."""
 
     @property
     def end_to_end_ratio(self) -> float:
@@ -133,11 +122,9 @@ class BenchmarkResult:
             f"notebooks graded: {self.notebooks}",
             line("stock nbgrader autograde:", self.stock_seconds),
             line("stock nbgrader generate_feedback:", self.stock_feedback_seconds),
-            line("ours, autograde (batch + autograde):", self.ours_seconds, ", references stored"),
             line("ours, end to end (grade):", self.end_to_end_seconds, ", references stored"),
             line("ours, a course version's first run:", self.first_run_seconds, ", no references stored"),
             f"the {self.references} reference runs alone:           {self.reference_seconds:7.1f} s",
-            f"ratio stock/ours, autograde:  {self.ratio:.2f}x",
             f"ratio stock/ours, end to end: {self.end_to_end_ratio:.2f}x "
             f"({stock_end_to_end:.1f} s / {self.end_to_end_seconds:.1f} s)",
             f"ratio stock/ours, first run:  {self.first_run_ratio:.2f}x "
@@ -170,28 +157,21 @@ def benchmark(
     options = {"isolated": isolated, "workers": workers}
     with tempfile.TemporaryDirectory(prefix="autograder-benchmark-") as scratch:
         download = write_download(generated_batch(course, students, chosen), Path(scratch) / "download")
-        stock, _ = _placed(course, Path(scratch) / "stock", download, chosen, extra_config=stock_config())
-        ours, submissions = _placed(course, Path(scratch) / "ours", download, chosen)
+        stock, submissions = _placed(course, Path(scratch) / "stock", download, chosen, extra_config=stock_config())
         end_to_end, _ = _released(course, Path(scratch) / "end_to_end", chosen)
         first_run, _ = _released(course, Path(scratch) / "first_run", chosen)
         progress(f"the {len(chosen)} reference solutions executed for their check records")
         started = time.monotonic()
-        store_references(ours, chosen, **options)
+        store_references(stock, chosen, **options)
         reference_seconds = time.monotonic() - started
-        for assignment_id in chosen:  # the same records for the stock side's verdict and our end to end
-            for other in (stock, end_to_end):
-                stored = verdict.stored_reference(other, assignment_id)
-                stored.parent.mkdir(parents=True, exist_ok=True)
-                stored.write_bytes(verdict.stored_reference(ours, assignment_id).read_bytes())
+        for assignment_id in chosen:  # the same records for our end to end
+            stored = verdict.stored_reference(end_to_end, assignment_id)
+            stored.parent.mkdir(parents=True, exist_ok=True)
+            stored.write_bytes(verdict.stored_reference(stock, assignment_id).read_bytes())
         progress(f"stock nbgrader autograde of {students} students x {len(chosen)} notebooks")
         stock_seconds = _timed_nbgrader(stock, "autograde")
         progress("stock nbgrader generate_feedback")
         stock_feedback_seconds = _timed_nbgrader(stock, "generate_feedback")
-        progress("ours: the batch, each submission autograded by one nbgrader process as soon as it is executed")
-        started = time.monotonic()
-        with session.Passes(ours, feedback=False, **options) as nbgrader:
-            nbgrader.run(submissions, progress=progress)
-        ours_seconds = time.monotonic() - started
         progress("ours, end to end: grade")
         started = time.monotonic()
         grade.grade(end_to_end, download, **options)
@@ -200,12 +180,11 @@ def benchmark(
         started = time.monotonic()
         grade.grade(first_run, download, **options)
         first_run_seconds = time.monotonic() - started
-        sides = {"stock": stock, "ours": ours, "end to end": end_to_end, "first run": first_run}
+        sides = {"stock": stock, "end to end": end_to_end, "first run": first_run}
         differences = _score_differences({name: scores(side) for name, side in sides.items()})
         differences += [
             f"{name}: no feedback page for {student}/{assignment}"
             for name, side in sides.items()
-            if name != "ours"  # our autograde alone makes none
             for (student, assignment) in sorted({(s.student_id, s.assignment_id) for s in submissions})
             if not list((side.root / "feedback" / student / assignment).glob("*.html"))
         ]
@@ -213,7 +192,6 @@ def benchmark(
         notebooks=len(submissions),
         stock_seconds=stock_seconds,
         stock_feedback_seconds=stock_feedback_seconds,
-        ours_seconds=ours_seconds,
         end_to_end_seconds=end_to_end_seconds,
         first_run_seconds=first_run_seconds,
         reference_seconds=reference_seconds,
@@ -236,7 +214,7 @@ def _timed_nbgrader(course: Course, command: str) -> float:
 
 
 def _score_differences(sides: dict[str, dict[tuple[str, str, str], float]]) -> list[str]:
-    """``student/assignment/grade_id: stock X, ours Y, ...`` for every grade cell the sides score differently."""
+    """``student/assignment/grade_id: stock X, end to end Y, ...`` for every grade cell the sides score differently."""
     keys = sorted(set().union(*sides.values()))
     return [
         "/".join(key) + ": " + ", ".join(f"{name} {found.get(key)}" for name, found in sides.items())

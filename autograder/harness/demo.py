@@ -73,13 +73,15 @@ def representative(course: Course, assignment_id: str) -> list[Sample]:
     :func:`autograder.authoring.samples.samples`).
 
     The reference, the unchanged release, for each graded test cell the first wrong answer that loses points of it
-    (unless one already chosen does), the first valid alternative, and every sample of ``tests/hostile/``
-    (hostile, kernel-stopping, escaping), in the order :func:`~autograder.authoring.samples.samples` gives them.
+    (unless one already chosen does), the first valid alternative, and the first sample of each class of
+    ``tests/hostile/`` (:data:`HOSTILE_KINDS`; ``demo --all`` grades every one), in the order
+    :func:`~autograder.authoring.samples.samples` gives them.
     """
     found = samples(course, assignment_id)
     graded = [name for name, points in found[0].expected.items() if points > 0]  # found[0]: the reference
-    kept = [s for s in found if s.student_id.startswith(("reference", "unchanged_release", *HOSTILE_PREFIXES))]
-    kept += [s for s in found if s.student_id.startswith("valid_")][:1]
+    kept = [s for s in found if s.student_id.startswith(("reference", "unchanged_release"))]
+    for prefix in [*HOSTILE_PREFIXES, "valid_"]:
+        kept += [s for s in found if s.student_id.startswith(prefix)][:1]
     wrong = [s for s in found if s.student_id.startswith("wrong_")]
     full = found[0].expected
     for name in graded:

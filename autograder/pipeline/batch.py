@@ -23,7 +23,10 @@ the reference's kernel runs in the same sandbox as the students' (forked
 from the preloaded server, so it starts as fast), unless the batch runs
 without isolation. A :class:`Batch` starts an assignment's reference run as
 soon as it is asked for (``grade`` asks while it reads the download), so the
-reference runs overlap the intake.
+reference runs overlap the intake, up to one per worker; the others run among
+the submissions' notebooks, each just ahead of its own assignment's: a
+submission's execution does not need its reference, only nbgrader's verdict
+does, so nbgrader starts on the first assignment while later references run.
 
 The workers run one kernel each, one per CPU, each kernel on one thread
 (:data:`KERNEL_THREADS`); while the running kernels leave CPUs idle (one
@@ -118,8 +121,9 @@ class Batch:
         self.course, self.isolated, self.no_cache = course, isolated, no_cache
         self.workers = workers or default_workers()
         self.most = self.workers if workers else max(self.workers, most_workers())
-        # Asked for: its run (None: stored when asked, or already handed to :meth:`execute`).
+        # Asked for: its run (None: stored when asked, queued, or already handed to :meth:`execute`).
         self._references: dict[str, concurrent.futures.Future | None] = {}
+        self._queued: list[str] = []  # asked for while one reference per worker ran: :meth:`execute` runs them
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> Batch:
@@ -144,15 +148,20 @@ class Batch:
     def reference(self, assignment_id: str) -> None:
         """Start executing the assignment's reference solution for its check records
         (:mod:`autograder.pipeline.verdict`) unless they are stored (with ``no_cache`` they are discarded first) or it
-        has started. Returns at once."""
+        has started; while ``workers`` reference runs are unfinished, queue it for :meth:`execute` instead, which
+        runs it just ahead of its assignment's submissions. Returns at once."""
         if assignment_id in self._references:
             return
         stored = verdict.stored_reference(self.course, assignment_id)
         if self.no_cache:
             stored.unlink(missing_ok=True)
         started = None
-        if not stored.exists():  # the first pool runs ``workers`` at once and queues the others
-            started = self._pools[0].submit(_reference_json, str(self.course.root), assignment_id, self.isolated)
+        running = sum(future is not None and not future.done() for future in self._references.values())
+        if not stored.exists() and running < self.workers:
+            call, arguments, _ = _reference_call(self.course, assignment_id, self.isolated)
+            started = self._pools[0].submit(call, *arguments)
+        elif not stored.exists():
+            self._queued.append(assignment_id)
         self._references[assignment_id] = started
 
     def execute(
@@ -197,13 +206,14 @@ class Batch:
         # The references started and not yet collected (by an earlier call) run beside the students' notebooks.
         references = {a: future for a, future in self._references.items() if future is not None}
         self._references.update(dict.fromkeys(references))
+        queued, self._queued = self._queued, []
         stored = sum(job.key in done_before for job in jobs)
         if stored:
             progress(f"{stored} notebook(s) already executed by an earlier run: kept")
         waiting = []  # (submission, what it waits for: its notebooks' keys and its reference, not yet stored)
         for submission, found in zip(submissions, jobs_by_submission):
             keys = {job.key for job in found if job.key not in done_before}
-            waiting.append((submission, keys | ({submission.assignment_id} & references.keys())))
+            waiting.append((submission, keys | ({submission.assignment_id} & {*references, *queued})))
         run = BatchRun(executed=0, stored=stored, failed=[], breached=[])
 
         def finished(name: str) -> None:
@@ -220,14 +230,14 @@ class Batch:
             future: (f"reference of {a}", verdict.stored_reference(course, a), a) for a, future in references.items()
         }
         with contextlib.ExitStack() as stack:
-            queue = todo
             if scheduler is not None:  # the cluster schedules the students' notebooks itself
                 from distributed import Client
 
                 remote = stack.enter_context(Client(scheduler, timeout="30s")).get_executor()
                 for job in todo:
                     futures[remote.submit(run_job, job)] = (job.label, stored_path(course.root, job.key), job.key)
-                queue = []
+                todo = []
+            queue = _in_order(course, queued, todo, isolated=self.isolated)
             total = len(futures) + len(queue)
             bar = stack.enter_context(
                 tqdm(total=total, desc="executing", unit="notebook", file=sys.stderr, disable=None)
@@ -237,11 +247,11 @@ class Batch:
 
     def _dispatch(
         self,
-        queue: list[Job],
+        queue: list[Call],
         futures: dict[concurrent.futures.Future, tuple[str, Path, str]],
         collect: Callable[[concurrent.futures.Future, tuple[str, Path, str]], None],
     ) -> None:
-        """Execute the ``queue``'s jobs in the local pools, as many at once as each pool is allowed (the first
+        """Run the ``queue``'s calls in the local pools, in order, as many at once as each pool is allowed (the first
         ``workers`` with the references still running; the second the extra jobs :class:`Occupancy` allows), and
         ``collect`` each of them and of the ``futures`` already running as it finishes."""
         occupancy = Occupancy()
@@ -252,9 +262,9 @@ class Batch:
             for share, pool in enumerate(self._pools):
                 running[share] = [future for future in running[share] if not future.done()]
                 while queue and len(running[share]) < allowed[share]:
-                    job = queue.pop(0)
-                    future = pool.submit(run_job, job)
-                    futures[future] = (job.label, stored_path(self.course.root, job.key), job.key)
+                    call, arguments, what = queue.pop(0)
+                    future = pool.submit(call, *arguments)
+                    futures[future] = what
                     running[share].append(future)
             done, _ = concurrent.futures.wait(futures, timeout=Occupancy.INTERVAL, return_when="FIRST_COMPLETED")
             for future in done:
@@ -463,6 +473,35 @@ def run_job(job: Job) -> tuple[str, str | None]:
         executor = Execute(config=Config(job.config))
         notebook, _ = executor.preprocess(notebook, {"metadata": {"path": str(folder)}})
     return nbformat.writes(notebook), executor.breach
+
+
+Call = tuple[Callable[..., tuple[str, str | None]], tuple[Any, ...], tuple[str, Path, str]]
+"""A call for a worker: the function, its arguments, and what it makes (its label, where its result is stored, the
+name a submission waiting for it knows it by: a job's key or a reference's assignment id)."""
+
+
+def _in_order(course: Course, references: list[str], jobs: list[Job], *, isolated: bool) -> list[Call]:
+    """The calls that run the assignments' ``references`` and the ``jobs``, grouped by assignment (first the
+    references of assignments without jobs, whose submissions wait for nothing else, then the assignments in the order
+    the jobs name them), each reference just ahead of its assignment's jobs."""
+    folders = [job.folder for job in jobs]
+    order = list(dict.fromkeys([*(a for a in references if a not in folders), *folders]))
+    calls: list[Call] = []
+    for assignment_id in order:
+        if assignment_id in references:
+            calls.append(_reference_call(course, assignment_id, isolated))
+        calls += [
+            (run_job, (job,), (job.label, stored_path(course.root, job.key), job.key))
+            for job in jobs
+            if job.folder == assignment_id
+        ]
+    return calls
+
+
+def _reference_call(course: Course, assignment_id: str, isolated: bool) -> Call:
+    """The call that runs an assignment's reference for its check records (:func:`_reference_json`)."""
+    what = (f"reference of {assignment_id}", verdict.stored_reference(course, assignment_id), assignment_id)
+    return _reference_json, (str(course.root), assignment_id, isolated), what
 
 
 def _reference_json(root: str, assignment_id: str, sandboxed: bool) -> tuple[str, None]:
