@@ -103,9 +103,11 @@ def test_check_fails_on_a_hidden_check_given_an_expected_value_or_a_leftover_one
     source = read_notebook(path)
     cell = next(cell for cell in source.cells if is_autograder_tests(cell))
     hidden = "### BEGIN HIDDEN TESTS\n"
-    call = next(line for line in cell.source.split(hidden)[1].splitlines() if line.startswith("check_equal("))
+    calls = [line for line in cell.source.split(hidden)[1].splitlines() if line.lstrip().startswith("check_equal(")]
+    call = next(line for line in calls if "), label=" in line)
+    indent = call[: len(call) - len(call.lstrip())]  # a check inside a `with check_group(...)` block
     planted = call.replace("), label=", "), torch.zeros(1), label=", 1)
-    cell.source = cell.source.replace(call, f"{planted}\nexpected = torch.zeros(1)", 1)
+    cell.source = cell.source.replace(call, f"{planted}\n{indent}expected = torch.zeros(1)", 1)
     nbformat.write(source, path)
     line = cell.source.splitlines().index(planted) + 1
     where = f"source/01_tensors: autograder-tests cell {grade_id(cell)!r} (cell {source.cells.index(cell) + 1}"
