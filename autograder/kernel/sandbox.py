@@ -380,6 +380,14 @@ class SandboxedKernelManager(AsyncKernelManager):
         help="The largest message part the grader receives from the kernel, in bytes (ZeroMQ's MAXMSGSIZE on the "
         "client's sockets): a larger one is dropped unread, and its sender disconnected (it reconnects).",
     ).tag(config=True)
+    max_queued_messages = Integer(
+        8,
+        help="The most messages each of the client's sockets holds received but not yet read (ZeroMQ's RCVHWM; "
+        "its default is 1,000). A kernel sending faster than the grader reads is held back there, in its own "
+        "memory (its socket then drops what it cannot send), so what waits in the grader stays under this many "
+        "times max_message_bytes. With ZeroMQ's default, 100 error messages of 4 MB sent at once took a grading "
+        "process past 1.5 GiB.",
+    ).tag(config=True)
 
     @default("uid")
     def _uid_default(self) -> int:
@@ -397,9 +405,11 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def client(self, **kwargs: Any) -> Any:
         """jupyter_client's kernel client, whose sockets refuse messages over :attr:`max_message_bytes` (ZeroMQ
-        checks a message's announced size before it reads it: such a message never takes the grader's memory)."""
+        checks a message's announced size before it reads it: such a message never takes the grader's memory) and
+        hold at most :attr:`max_queued_messages` unread."""
         client = super().client(**kwargs)
         client.context.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        client.context.setsockopt(zmq.RCVHWM, self.max_queued_messages)
         return client
 
     async def _async_pre_start_kernel(self, **kw: Any) -> tuple[list[str], dict[str, Any]]:
