@@ -5,11 +5,15 @@ course's executor. A cell after each attack shows the kernel (and its state)
 carried on.
 """
 
+import asyncio
 import os
 import platform
+import queue
 import socket
+import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from executed_cells import SETUP, SHOW_STATE, enames, printed, run, run_with_executor
@@ -566,3 +570,70 @@ def test_a_kernel_has_a_dev_shm_of_its_own_bounded_and_gone_with_it(fork):
     assert enames(flooded) == ["OSError"] and "No space left on device" in str(flooded.outputs)
     assert printed(state) == "kept\n"
     assert printed(next_kernel) == "[]\n"
+
+
+FLOOD_AND_PEAK = """
+import sys
+from executed_cells import run
+flood = (
+    "kernel = get_ipython().kernel\\n"
+    "session = kernel.session\\n"
+    "content = session.pack({'ename': 'Flood', 'evalue': 'v' * 2_000_000, 'traceback': ['t' * 10_000] * 200})\\n"
+    "parent, metadata = session.pack(kernel.get_parent('shell')['header']), session.pack({})\\n"
+    "for _ in range(400):\\n"
+    "    header = session.pack(session.msg_header('error'))\\n"
+    "    signature = session.sign([header, parent, metadata, content])\\n"
+    "    kernel.iopub_socket.send_multipart([b'<IDS|MSG>', signature, header, parent, metadata, content])"
+)
+cells = run(flood, "print('after')", timeout=120)
+peak = next(line for line in open('/proc/self/status') if line.startswith('VmHWM'))
+print(int(peak.split()[1]) * 1024, cells[1].outputs[0].text.strip())
+"""
+"""Run in a process of its own: a kernel sends 400 error messages of 4 MB (1.6 GB), their content serialised once,
+each only given a header and signed (far faster than a grader reads them); prints the process's peak resident
+memory (bytes) and the next cell's output."""
+
+
+def test_a_kernel_sending_faster_than_the_grader_reads_does_not_fill_the_graders_memory():
+    """docs/security.md, "the grader's own memory": the grader's sockets hold at most ``max_queued_messages``
+    unread messages, so what a kernel sends faster than the grader reads waits in the kernel (ZeroMQ's default,
+    1,000 messages, let the grader's process take what the kernel sent)."""
+    tests = str(Path(__file__).parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, str(ROOT)])}
+    found = subprocess.run([sys.executable, "-c", FLOOD_AND_PEAK], capture_output=True, text=True, env=env)
+    assert found.returncode == 0, found.stderr[-2000:]
+    peak, after = found.stdout.split()[-2:]
+    assert after == "after"
+    assert int(peak) < 512 * 2**20, f"{int(peak) / 2**20:.0f} MiB"
+
+
+def test_a_kernel_is_ready_once_it_answered_on_both_channels_without_waiting_for_silence(tmp_path):
+    """The client's ``wait_for_ready`` ends on the ``idle`` status of its ``kernel_info`` request; jupyter_client's
+    own ended only when IOPub had been silent for 0.2 s (its last read ended in ``Empty``)."""
+    reads: list[str] = []
+
+    async def start_and_wait() -> None:
+        manager = sandbox.SandboxedKernelManager(kernel_name="python3")
+        await manager.start_kernel(cwd=str(tmp_path))
+        client = manager.client()
+        try:
+            client.start_channels()
+            read = client.iopub_channel.get_msg
+
+            async def recorded(*args, **kwargs):
+                try:
+                    message = await read(*args, **kwargs)
+                except queue.Empty:
+                    reads.append("Empty")
+                    raise
+                reads.append(f"{message['msg_type']}:{message['content'].get('execution_state', '')}")
+                return message
+
+            client.iopub_channel.get_msg = recorded
+            await client.wait_for_ready(timeout=60)
+        finally:
+            client.stop_channels()
+            await manager.shutdown_kernel(now=True)
+
+    asyncio.run(start_and_wait())
+    assert reads and reads[-1] == "status:idle", reads
