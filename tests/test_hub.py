@@ -297,6 +297,7 @@ def _answers() -> dict[str, nbformat.NotebookNode]:
 
 @pytest.fixture(scope="module")
 def hub_chromium(demo_hub):
+    """:func:`test_browser.chromium` for the hub's users: each :class:`BrowserUser` opens a context of its own."""
     with chromium() as browser:
         yield browser
 
