@@ -42,6 +42,7 @@ FLAGS = [
     "--disable-sync",
 ]
 TOKEN = "course-browser-test"
+VIEWPORT = {"width": 1400, "height": 1000}
 RUN_ALL_TIMEOUT_S = 240
 STABLE_S = 8
 VALIDATE_TIMEOUT_MS = 240_000
@@ -127,27 +128,22 @@ def started_lab(command: list[str], *, cwd: Path, env: dict[str, str], port: int
 
 
 @contextmanager
-def chromium(profile: Path):
-    """Headless Chromium (the system's, never a downloaded one) with the fresh profile folder ``profile``."""
+def chromium():
+    """Headless Chromium (the system's, never a downloaded one); yields the browser. Each context of it
+    (``browser.new_context(viewport=VIEWPORT)``) is a fresh profile: its own cookies and storage."""
     assert CHROMIUM.exists(), "no /usr/bin/chromium: apt-get install chromium chromium-driver (tests/run_tests.sh does)"
     SCREENSHOTS.mkdir(exist_ok=True)
     with sync_playwright() as driver:
-        context = driver.chromium.launch_persistent_context(
-            str(profile),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=FLAGS,
-            viewport={"width": 1400, "height": 1000},
-        )
-        yield context
-        context.close()
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+        yield browser
+        browser.close()
 
 
 @pytest.fixture(scope="module")
-def browser(lab, tmp_path_factory):
-    """:func:`chromium` for the course's JupyterLab."""
-    with chromium(tmp_path_factory.mktemp("chromium-profile")) as context:
-        yield context
+def browser(lab):
+    """A context of :func:`chromium` for the course's JupyterLab."""
+    with chromium() as chrome:
+        yield chrome.new_context(viewport=VIEWPORT)
 
 
 def open_notebook(browser, lab, path: str):

@@ -24,6 +24,7 @@ from autograder.course import ROOT, Course, read_notebook
 from test_browser import (
     SCREENSHOTS,
     TOKEN,
+    VIEWPORT,
     chromium,
     free_port,
     open_notebook,
@@ -40,10 +41,10 @@ CHECK_TIMEOUT_S = 300
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    """:func:`test_browser.chromium` for the unpacked bundle's JupyterLab."""
-    with chromium(tmp_path_factory.mktemp("chromium-profile")) as context:
-        yield context
+def browser():
+    """A context of :func:`test_browser.chromium` for the unpacked bundle's JupyterLab."""
+    with chromium() as chrome:
+        yield chrome.new_context(viewport=VIEWPORT)
 
 
 def unpacked_bundle(tmp_path: Path, assignment_id: str) -> Path:

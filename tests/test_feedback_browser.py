@@ -16,14 +16,13 @@ import copy
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from autograder.course import ROOT, Course, copy_course, grade_id
 from autograder.harness.demo import mismatches_of
 from autograder.grading.grade import grade
 from autograder.results.safehtml import CONTENT_SECURITY_POLICY
 from autograder.authoring.samples import Sample, samples, write_download
-from test_browser import CHROMIUM, FLAGS
+import test_browser
 
 ASSIGNMENT = "01_tensors"
 ALL = samples(Course(ROOT), ASSIGNMENT)
@@ -96,13 +95,10 @@ def feedback(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def chromium(tmp_path_factory):
-    """Headless Chromium (the system's, never a downloaded one)."""
-    assert CHROMIUM.exists(), "no /usr/bin/chromium: apt-get install chromium chromium-driver (tests/run_tests.sh does)"
-    with sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+def chromium():
+    """:func:`test_browser.chromium`: headless Chromium, the system's."""
+    with test_browser.chromium() as browser:
         yield browser
-        browser.close()
 
 
 OPENED = """() => ({

@@ -2,9 +2,10 @@
 PAM, each user's server started as that user behind configurable-http-proxy, nbgrader's exchange between them.
 
 One hub is started (``hub start --demo``) for the module; the tests then run in file order: logins, limits, what a
-student cannot read, the whole loop from release to feedback through nbgrader's own REST handlers in each user's
-server, and last ``hub stop`` leaving no process behind. Needs root (the hub runs as root); the module removes the
-demo accounts, the course directory and the exchange's course folder before and after it.
+student cannot read, the whole loop from release to feedback in Chromium (formgrader for the instructor and the
+grader, JupyterLab's Assignments panel for the students), and last ``hub stop`` leaving no process behind. Needs
+root (the hub runs as root); the module removes the demo accounts, the course directory and the exchange's course
+folder before and after it.
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import nbformat
 import pytest
 import requests
+from playwright.sync_api import expect
 
 from autograder.authoring.samples import samples, write_download
 from autograder.course import ROOT, Course, copy_course
 from autograder.deploy import hub
-from test_browser import SCREENSHOTS, chromium
+from test_browser import SCREENSHOTS, VIEWPORT, chromium
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the hub runs as root (PAM, users' servers as each user)")
 
@@ -117,27 +119,18 @@ class HubUser:
         url = f"{BASE}/user/{self.name}/{path}"
         return self.http.request(method, url, headers={"X-XSRFToken": xsrf}, timeout=300, **kwargs)
 
-    def assignments(self, action: str) -> list[dict]:
-        """nbgrader's Assignments panel's request ``action`` (fetch, submit, fetch_feedback) for ASSIGNMENT."""
-        which = {"course_id": hub.COURSE_ID, "assignment_id": ASSIGNMENT}
-        answer = self.server("POST", f"assignments/{action}", data=which)
-        body = answer.json()
-        assert answer.status_code == 200 and body["success"], body
-        return body["value"]
-
 
 class BrowserUser:
-    """One user in headless Chromium: the hub's login page, then JupyterLab's nbgrader Assignments panel."""
+    """One user in headless Chromium, in a browser context of their own (their own cookies): the hub's login page,
+    then JupyterLab's nbgrader Assignments panel, or formgrader."""
 
-    def __init__(self, context, name: str, base: str = BASE):
+    def __init__(self, browser, name: str):
         self.name = name
-        self.base = base
-        """The hub's address: another host name for the same hub keeps another user's cookies apart."""
-        self.page = context.new_page()
+        self.page = browser.new_context(viewport=VIEWPORT).new_page()
 
     def log_in(self) -> None:
         """Fill in and send the hub's login form; wait for JupyterLab in the user's own server."""
-        self.page.goto(f"{self.base}/hub/login")
+        self.page.goto(f"{BASE}/hub/login")
         self.page.get_by_label("Username:").fill(self.name)
         self.page.get_by_label("Password:").fill(hub.demo_password(self.name))
         self.page.get_by_role("button", name="Sign in").click()
@@ -159,10 +152,17 @@ class BrowserUser:
         self.row(listing).get_by_role("button", name=button, exact=True).first.click()
         self.row(then).first.wait_for(timeout=120_000)
 
+    def submit(self) -> None:
+        """Press Submit beside the fetched ASSIGNMENT; wait until the panel lists one submission more."""
+        submissions = self.row("submitted").locator(".nested_list_item")
+        before = submissions.count()
+        self.row("fetched").get_by_role("button", name="Submit", exact=True).click()
+        expect(submissions).to_have_count(before + 1, timeout=120_000)
+
     def save(self, notebook: nbformat.NotebookNode) -> None:
         """Save ``notebook`` over the fetched one, through the server's contents API with the browser's login."""
         xsrf = self.page.evaluate("document.cookie.match(/(?:^|; )_xsrf=([^;]*)/)[1]")  # the server's: longest path
-        path = f"{self.base}/user/{self.name}/api/contents/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
+        path = f"{BASE}/user/{self.name}/api/contents/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
         content = {"type": "notebook", "content": notebook}
         saved = self.page.request.put(path, data=content, headers={"X-XSRFToken": xsrf})
         assert saved.status == 200, saved.text()
@@ -176,6 +176,59 @@ class BrowserUser:
         text = dialog.inner_text()
         dialog.get_by_role("button").last.click()
         return text
+
+    def fetch_feedback(self) -> None:
+        """Refresh the panel, press Fetch Feedback beside the submitted ASSIGNMENT, wait for its "(view feedback)";
+        screenshot in SCREENSHOTS."""
+        self.page.click("#refresh_assignments_list")
+        self.press("submitted", "Fetch Feedback", then="submitted")
+        self.row("submitted").get_by_text("(view feedback)").first.wait_for(timeout=60_000)
+        self.page.screenshot(path=str(SCREENSHOTS / f"hub-{self.name}-feedback.png"))
+
+    def open_formgrader(self, page: str = "") -> str:
+        """Open formgrader's ``page`` (the course's hub service) as a page of its own, through the hub's OAuth for the
+        service; returns formgrader's address."""
+        formgrader = f"{BASE}/services/{hub.COURSE_ID}/formgrader"
+        self.page.goto(f"{formgrader}/{page}")
+        self.page.wait_for_url(f"{formgrader}/{page}**", timeout=120_000)
+        return formgrader
+
+
+class ManageAssignments:
+    """formgrader's Manage Assignments page, open in an instructor's :class:`BrowserUser`: ASSIGNMENT's row and the
+    buttons in it."""
+
+    def __init__(self, user: BrowserUser):
+        self.page = user.page
+        self.formgrader = user.open_formgrader("manage_assignments")
+        self.row = self.page.locator("#main-table tr", has=self.page.locator("td.name", has_text=ASSIGNMENT))
+        self.row.locator("td.status").get_by_text("draft").wait_for(timeout=60_000)
+
+    def release(self) -> None:
+        """Press the row's release button (nbgrader's POST .../api/assignment/<id>/release); wait for the dialog
+        that says it succeeded, close it, and for the row's status "released"."""
+        self.row.locator("td.release a").click()
+        dialog = self.page.locator("#success-modal, #error-modal")
+        dialog.wait_for(timeout=120_000)
+        assert f"Successfully released '{ASSIGNMENT}'." in dialog.inner_text(), dialog.inner_text()
+        dialog.get_by_role("button", name="OK").click()
+        self.row.locator("td.status").get_by_text("released").wait_for(timeout=60_000)
+
+    def set_due_date(self, due: datetime) -> None:
+        """In the row's Edit dialog, type ``due`` (UTC, whole seconds) as the due date with the offset +0000 and
+        Save (nbgrader's PUT .../api/assignment/<id>); wait until the dialog closes; screenshot in SCREENSHOTS."""
+        self.row.locator("td.edit a").click()
+        dialog = self.page.locator("#edit-assignment-modal")
+        # the field keeps a local date and time in its shortest form: no ":00" for whole minutes
+        dialog.locator("input.modal-duedate").fill(due.strftime("%Y-%m-%dT%H:%M:%S").removesuffix(":00"))
+        dialog.locator("input.modal-timezone").fill("+0000")
+        dialog.get_by_role("button", name="Save").click()
+        dialog.wait_for(state="hidden", timeout=60_000)
+        self.page.screenshot(path=str(SCREENSHOTS / "hub-instructor1-manage-assignments.png"))
+
+    def assignment(self) -> dict:
+        """ASSIGNMENT as formgrader's API gives it (with the instructor's login)."""
+        return self.page.request.get(f"{self.formgrader}/api/assignment/{ASSIGNMENT}").json()
 
 
 def _modes(folder: Path) -> dict[str, int]:
@@ -243,40 +296,44 @@ def _answers() -> dict[str, nbformat.NotebookNode]:
 
 
 @pytest.fixture(scope="module")
-def chromium_context(demo_hub, tmp_path_factory):
-    with chromium(tmp_path_factory.mktemp("hub-chromium-profile")) as context:
-        yield context
+def hub_chromium(demo_hub):
+    """:func:`test_browser.chromium` for the hub's users: each :class:`BrowserUser` opens a context of its own."""
+    with chromium() as browser:
+        yield browser
 
 
-def test_release_fetch_submit_collect_grade_feedback(logged_in, chromium_context):
-    """The loop through nbgrader's exchange, each step as its user: student1 in Chromium (login page, Assignments
-    panel), student2 through the same handlers over HTTP, submitting twice; student3 never submits. Each student's
-    score is the same as grading the same notebooks outside the hub, and each fetches only their own page."""
-    _run(["nbgrader", "release_assignment", ASSIGNMENT], user="instructor1", cwd=hub.COURSE_ROOT)
+def test_release_fetch_submit_collect_grade_feedback(hub_chromium):
+    """The loop through nbgrader's exchange, each step as its user in Chromium, each in a browser context of their
+    own, through the hub's login page: instructor1 releases in formgrader's Manage Assignments page and later sets
+    the due date in its Edit dialog; student1 and student2 fetch, validate and submit in JupyterLab's Assignments
+    panel, student2 twice (the second after the due date); student3 never submits. Each student's score is the
+    same as grading the same notebooks outside the hub, and each fetches only their own feedback page."""
+    instructor = BrowserUser(hub_chromium, "instructor1")
+    instructor.log_in()
+    manage = ManageAssignments(instructor)
+    manage.release()
+    assert (hub.EXCHANGE_ROOT / hub.COURSE_ID / "outbound" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
     answers = _answers()
-    browser = BrowserUser(chromium_context, "student1")
-    browser.log_in()
-    browser.open_assignments()
-    browser.press("released", "Fetch", then="fetched")
-    browser.save(answers["student1"].notebook)
-    assert "Success! Your notebook passes all the tests." in browser.validate()
-    browser.press("fetched", "Submit", then="submitted")
-    student2 = logged_in["student2"]
-    fetched = student2.assignments("fetch")
-    assert [item["status"] for item in fetched if item["assignment_id"] == ASSIGNMENT] == ["fetched"]
-    notebook = f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
-    student2.assignments("submit")  # the release as fetched, then the worked notebook: collect takes the latest
-    worked = {"type": "notebook", "content": answers["student2"].notebook}
-    saved = student2.server("PUT", f"api/contents/{notebook}", json=worked)
-    assert saved.status_code == 200, saved.text
-    validated = student2.server("POST", "assignments/validate", data={"path": notebook}).json()
-    assert validated["success"], validated
-    time.sleep(1)  # nbgrader names a submission by its time: the second one must come later
-    due = datetime.now(timezone.utc)  # student1's and student2's first submission are in time, the second late
-    _run(["nbgrader", "db", "assignment", "add", ASSIGNMENT, f"--duedate={due:%Y-%m-%d %H:%M:%S.%f} UTC"],
-         user="instructor1", cwd=hub.COURSE_ROOT)
-    time.sleep(1)
-    student2.assignments("submit")
+    students = {name: BrowserUser(hub_chromium, name) for name in answers}
+    for name, student in students.items():
+        student.log_in()
+        student.open_assignments()
+        student.press("released", "Fetch", then="fetched")
+    students["student2"].submit()  # the release as fetched, then the worked notebook: collect takes the latest
+    for name, student in students.items():
+        student.save(answers[name].notebook)
+        validated = student.validate()
+        if name == "student1":
+            assert "Success! Your notebook passes all the tests." in validated
+        else:
+            assert "The following cell failed:" in validated and "Success!" not in validated, validated
+    students["student1"].submit()
+    # student1's and student2's first submission are in time, student2's second late
+    due = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=1)
+    manage.set_due_date(due)
+    assert manage.assignment()["duedate"] == due.replace(tzinfo=None).isoformat()
+    time.sleep(max(0.0, (due - datetime.now(timezone.utc)).total_seconds()) + 0.1)
+    students["student2"].submit()
     assert len(list(INBOUND.glob(f"student2+{ASSIGNMENT}+*"))) == 2
     course = ("--course", str(hub.COURSE_ROOT))
     _cli(*course, "hub", "collect", ASSIGNMENT, user="instructor1")
@@ -295,7 +352,7 @@ def test_release_fetch_submit_collect_grade_feedback(logged_in, chromium_context
     assert in_hub["student1"] > in_hub["student2"] > 0
     late = {row["student_id"]: row["late"] for row in _rows(hub.COURSE_ROOT / "task_results.csv")}
     assert late["student2"] and not late["student1"], late  # the latest submission, after the due date
-    hand_graded = _hand_grade(chromium_context, "grader1", "student1")
+    hand_graded = _hand_grade(hub_chromium, "grader1", "student1")
     assert hand_graded > 0
     _cli(*course, "report", user="instructor1")
     assert _grades(hub.COURSE_ROOT / "grades.csv") == in_hub | {"student1": in_hub["student1"] + hand_graded}
@@ -305,30 +362,23 @@ def test_release_fetch_submit_collect_grade_feedback(logged_in, chromium_context
     assert _grades(hub.COURSE_ROOT / "grades.csv") == both
     released = _cli(*course, "hub", "feedback", ASSIGNMENT, user="instructor1")
     assert "feedback released to: student1, student2" in released
-    browser.page.click("#refresh_assignments_list")
-    browser.press("submitted", "Fetch Feedback", then="submitted")
-    browser.row("submitted").get_by_text("(view feedback)").first.wait_for(timeout=60_000)
-    browser.page.screenshot(path=str(SCREENSHOTS / "hub-student1-feedback.png"))
-    logged_in["student2"].assignments("fetch_feedback")
+    for student in students.values():
+        student.fetch_feedback()
+    graded = {name: hub.COURSE_ROOT / "feedback" / name / ASSIGNMENT / f"{ASSIGNMENT}.html" for name in answers}
+    assert graded["student1"].read_bytes() != graded["student2"].read_bytes()
     for name in answers:
         pages = list(Path(pwd.getpwnam(name).pw_dir, ASSIGNMENT, "feedback").glob(f"*/{ASSIGNMENT}.html"))
         assert len(pages) == 1, pages
-        graded = {
-            student: hub.COURSE_ROOT / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html" for student in answers
-        }
-        assert graded["student1"].read_bytes() != graded["student2"].read_bytes()
         assert pages[0].read_bytes() == graded[name].read_bytes()
 
 
-def _hand_grade(context, grader: str, student: str) -> float:
-    """As ``grader``, in Chromium (``context``, through another host name, so that its login is the grader's own):
-    log in, open formgrader (the course's hub service) as a page of its own, and type full marks into every answer
-    of ``student`` graded by hand. Returns the points given, once formgrader's API shows them saved."""
-    user = BrowserUser(context, grader, base=f"http://localhost:{PORT}")
+def _hand_grade(browser, grader: str, student: str) -> float:
+    """As ``grader``, in Chromium (a context of ``browser`` of their own): log in, open formgrader (the course's hub
+    service) as a page of its own, and type full marks into every answer of ``student`` graded by hand. Returns the
+    points given, once formgrader's API shows them saved."""
+    user = BrowserUser(browser, grader)
     user.log_in()
-    formgrader = f"{user.base}/services/{hub.COURSE_ID}/formgrader"
-    user.page.goto(f"{formgrader}/")  # through the hub's OAuth for the service
-    user.page.wait_for_url(f"{formgrader}**", timeout=120_000)
+    formgrader = user.open_formgrader()
     api = user.page.request
     notebooks = api.get(f"{formgrader}/api/submitted_notebooks/{ASSIGNMENT}/{ASSIGNMENT}").json()
     submission = next(notebook for notebook in notebooks if notebook["student"] == student)
@@ -336,6 +386,8 @@ def _hand_grade(context, grader: str, student: str) -> float:
     by_hand = {grade["name"]: grade["max_score"] for grade in api.get(grades).json() if grade["auto_score"] is None}
     assert by_hand
     user.page.goto(f"{formgrader}/submissions/{submission['id']}/")
+    # formgrader binds its score boxes once it has loaded the grades (and would reset what was typed before)
+    user.page.wait_for_function("() => formgrader.grades?.loaded && formgrader.comments?.loaded", timeout=60_000)
     for name, points in by_hand.items():
         box = user.page.locator(f"input.score#{name}")
         box.fill(f"{points:g}")
