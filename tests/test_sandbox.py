@@ -637,3 +637,20 @@ def test_a_kernel_is_ready_once_it_answered_on_both_channels_without_waiting_for
 
     asyncio.run(start_and_wait())
     assert reads and reads[-1] == "status:idle", reads
+
+
+def test_a_message_sent_twice_costs_only_its_cells_outputs():
+    """A kernel that sends one signed message twice (jupyter_client refuses the second: "Duplicate Signature")
+    and one with a wrong signature: both are dropped unread, the notebook goes on (jupyter_client raised out of
+    nbclient, and the whole notebook went ungraded)."""
+    replay = (
+        "kernel = get_ipython().kernel\n"
+        "message = kernel.session.msg('stream', {'name': 'stdout', 'text': 'once\\n'}, parent=kernel.get_parent('shell'))\n"
+        "frames = kernel.session.serialize(message)\n"
+        "kernel.iopub_socket.send_multipart(frames)\n"
+        "kernel.iopub_socket.send_multipart(frames)\n"
+        "kernel.iopub_socket.send_multipart([frames[0], b'0' * len(frames[1]), *frames[2:]])"
+    )
+    _, replayed, after = run(SETUP, replay, SHOW_STATE, timeout=10)
+    assert printed(replayed) == "once\n" and enames(replayed) == []
+    assert printed(after) == "kept\n"

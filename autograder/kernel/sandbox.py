@@ -89,6 +89,7 @@ from typing import Any
 
 import zmq
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Bool, DottedObjectName, Integer, Type, default
 
@@ -342,9 +343,34 @@ SHUTDOWN_POLL_S = 0.01
 each notebook: the kernel is gone a few ms after it is killed)."""
 
 
+class ReadableMessagesChannel(AsyncZMQSocketChannel):
+    """jupyter_client's asynchronous channel, which drops a message its session cannot read instead of raising.
+
+    jupyter_client raises ``ValueError`` out of ``get_msg`` for a message whose signature it has seen before (a
+    kernel can send one signed message twice), whose signature is wrong, or whose parts are not JSON; nbclient
+    then gives up the whole notebook. Here such a message is dropped, as one over
+    :attr:`SandboxedKernelManager.max_message_bytes` is: only its cell's outputs can lose it.
+    """
+
+    async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:
+        """The next message the session can read, within ``timeout`` seconds (None: no limit).
+
+        Raises:
+            queue.Empty: none came in time.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await super().get_msg(left)
+            except (ValueError, KeyError, TypeError):  # unreadable (JSON errors are ValueErrors): dropped
+                continue
+
+
 class PromptKernelClient(AsyncKernelClient):
-    """jupyter_client's asynchronous kernel client, ready as soon as the kernel has answered a ``kernel_info``
-    request on both channels: its reply on the shell channel, then its ``idle`` status on IOPub.
+    """jupyter_client's asynchronous kernel client, its channels :class:`ReadableMessagesChannel`, ready as soon as
+    the kernel has answered a ``kernel_info`` request on both channels: its reply on the shell channel, then its
+    ``idle`` status on IOPub.
 
     jupyter_client 8.10's ``wait_for_ready`` waits, after that reply, until IOPub has been silent for 0.2 s
     before it returns: 0.2 s of every kernel start spent waiting for nothing (a notebook's start took 0.33 to 0.41 s
@@ -352,6 +378,11 @@ class PromptKernelClient(AsyncKernelClient):
     messages sent before it did) makes the request start over, and the messages before the ``idle`` are dropped;
     later ones (of a request that was answered late) are not a cell's: nbclient reads only its cells' messages.
     """
+
+    shell_channel_class = Type(ReadableMessagesChannel)
+    iopub_channel_class = Type(ReadableMessagesChannel)
+    stdin_channel_class = Type(ReadableMessagesChannel)
+    control_channel_class = Type(ReadableMessagesChannel)
 
     async def wait_for_ready(self, timeout: float | None = None) -> None:
         """Return once the kernel answered a ``kernel_info`` request on the shell channel and IOPub.
