@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from jupyter_client.session import Session
 from executed_cells import SETUP, SHOW_STATE, enames, printed, run, run_with_executor
 
 from autograder.kernel import sandbox
@@ -262,6 +263,42 @@ def test_every_output_type_counts_against_the_limits_and_a_message_over_the_size
     assert enames(dropped) == ["CellTimeoutError"] and dropped.outputs[-1].evalue == DROPPED
     assert len(str(dropped.outputs)) < 2000
     assert printed(after_flood) == printed(after_drop) == "kept\n"
+
+
+def test_outputs_a_cut_cell_would_keep_nothing_of_are_dropped_unparsed_and_the_cells_show_the_same(monkeypatch):
+    """Once a cell is cut with nothing left of its limit (and shows its error), a later output larger than a cell
+    may keep is dropped before its content is parsed (``Execute._keeps_nothing_of``): a hundred 4 MB errors, a
+    stream of 3 MB chunks and 3 MB displays parse two of their large contents each, not all, and every cell shows
+    exactly what it shows when all are parsed."""
+    floods = [
+        SEND + "for _ in range(100):\n"
+        "    send('error', {'ename': 'Flood', 'evalue': 'v' * 2_000_000, 'traceback': ['t' * 10_000] * 200})",
+        SEND + "for _ in range(30):\n    send('stream', {'name': 'stdout', 'text': 's' * 3_000_000})",
+        SEND + "for _ in range(30):\n    send('display_data', {'data': {'text/plain': 'd' * 3_000_000}, 'metadata': {}})",
+    ]
+    cell_limit = Execute.max_output_bytes.default_value
+    deserialize = Session.deserialize
+
+    def executed(drops: bool) -> tuple[list, int]:
+        parsed: list[int] = []
+
+        def recorded(self, parts, *args, **kwargs):
+            parsed.append(len(parts[4]))
+            return deserialize(self, parts, *args, **kwargs)
+
+        monkeypatch.setattr(Session, "deserialize", recorded)
+        if not drops:
+            monkeypatch.setattr(Execute, "_keeps_nothing_of", lambda self, msg_type, size: False)
+        cells = run(SETUP, *floods, SHOW_STATE, timeout=60)
+        monkeypatch.undo()
+        return cells, sum(size > cell_limit for size in parsed)
+
+    (cells, large_parsed), (all_parsed_cells, all_large_parsed) = executed(True), executed(False)
+    assert [cell.outputs for cell in cells] == [cell.outputs for cell in all_parsed_cells]
+    assert enames(cells[1]) == ["Flood"] and all("output past the grader's limit dropped" in printed(cell)
+                                                 for cell in cells[1:4])
+    assert printed(cells[-1]) == "kept\n"
+    assert all_large_parsed >= 100 + 30 + 30 and large_parsed <= 2 * len(floods)
 
 
 FILL = """

@@ -63,7 +63,7 @@ from nbgrader.preprocessors import Execute as NbgraderExecute
 from traitlets import Bool, Integer
 
 from ..course import is_autograder_tests
-from ..kernel.sandbox import SandboxedKernelManager
+from ..kernel.sandbox import ReadableMessagesChannel, SandboxedKernelManager
 
 KERNEL_DIED = "DeadKernelError"
 """``ename`` of the error output on a cell during which the kernel died."""
@@ -80,6 +80,9 @@ DROPPED = (
     "lost; or the grading machine was too busy to receive them in time"
 )
 """The message of the error output on a cell whose outputs stopped arriving (nbclient's IOPub timeout)."""
+
+OUTPUT_MESSAGES = frozenset({"stream", "display_data", "execute_result", "error"})
+"""The IOPub message types nbclient keeps as a cell's outputs (:meth:`Execute.output`)."""
 
 NO_FIGURES = "--IPKernelApp.exec_lines=%config InlineBackend.figure_formats = set()"
 """The kernel argument that keeps matplotlib's inline backend from drawing figures (IPython's ``exec_lines`` run at
@@ -232,6 +235,29 @@ class Execute(NbgraderExecute):
 
     _cleanup_kernel = run_sync(_async_cleanup_kernel)
 
+    async def async_start_new_kernel_client(self) -> Any:
+        """nbclient's kernel client; a sandboxed one's IOPub channel drops unread the outputs the running cell would
+        keep nothing of (:meth:`_keeps_nothing_of`)."""
+        client = await super().async_start_new_kernel_client()
+        if isinstance(client.iopub_channel, ReadableMessagesChannel):
+            client.iopub_channel.drops_unread = self._keeps_nothing_of
+        return client
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    def _keeps_nothing_of(self, msg_type: str | None, size: int) -> bool:
+        """Whether an IOPub message of ``msg_type`` whose content is ``size`` bytes (of JSON) would change nothing in
+        the running cell (:meth:`output`): an output larger than a cell may keep, while the cell has already been
+        cut (it shows the note) with nothing left of its limits, and, for an error, shows an error already. The
+        first such output of a cell is read (its beginning may be kept, an error keeps its name); later ones are
+        not parsed. Not an update of a display (it may change other cells)."""
+        if self._running is None or size <= self.max_output_bytes or msg_type not in OUTPUT_MESSAGES:
+            return False
+        index, cell = self._running
+        if index not in self._cut or self._charge(index, 1, dry=True) > 0:
+            return False
+        return msg_type != "error" or any(output.output_type == "error" for output in cell.outputs)
+
     async def async_start_new_kernel(self, **kwargs: Any) -> None:
         if not self.draw_figures and getattr(self.km, "ipykernel", False) and NO_FIGURES not in self.extra_arguments:
             self.extra_arguments = [*self.extra_arguments, NO_FIGURES]
@@ -249,6 +275,7 @@ class Execute(NbgraderExecute):
         self._gave_up: str | None = None
         self._started: float | None = None
         self._replaying = False
+        self._running: tuple[int, NotebookNode] | None = None
 
     def _left(self) -> float:
         """Seconds left of :attr:`notebook_timeout`, counted from the first code cell (not the kernel's start)."""
@@ -269,6 +296,7 @@ class Execute(NbgraderExecute):
     ) -> NotebookNode:
         if cell.cell_type != "code" or not cell.source.strip():
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        self._running = (cell_index, cell)
         if not self._gave_up and self._left() <= 0:
             self._gave_up = f"not run: the notebook ran past its {self.notebook_timeout} s limit"
         if self._gave_up:
