@@ -10,14 +10,21 @@ import copy
 import jsonschema
 import nbformat
 import pytest
-from nbconvert.exporters import NotebookExporter
+from nbconvert.exporters import Exporter, NotebookExporter
+from nbformat import validator
 from nbgrader import preprocessors
 from nbgrader.nbgraderformat import MetadataValidator as StockMetadataValidator
 from nbgrader.nbgraderformat import SchemaTooNewError, SchemaTooOldError, ValidationError
 from traitlets.config import Config
 
 from autograder.pipeline import batch
-from autograder.pipeline.autograde import AutogradedNotebookExporter, CheckCellMetadata, MetadataValidator
+from autograder.pipeline.autograde import (
+    AutogradedNotebookExporter,
+    CheckCellMetadata,
+    CopiedOnceExporter,
+    MetadataValidator,
+)
+from autograder.results.feedback import FeedbackExporter
 from autograder.course import ROOT, Course, is_grade, is_solution, read_notebook
 
 COURSE = Course(ROOT)
@@ -112,6 +119,32 @@ def test_the_exporter_writes_nbformats_bytes_and_leaves_its_input(assignment_id,
     assert ours == stock
     assert resources["output_suffix"] == ".nbconvert"
     assert notebook == before
+
+
+@pytest.mark.parametrize("exporter", [AutogradedNotebookExporter, FeedbackExporter])
+def test_an_exporter_copies_the_notebook_once_and_converts_it_as_with_nbconverts_copies(exporter, monkeypatch):
+    """nbconvert copied the notebook three times per conversion; the course's exporters copy it once (still leaving
+    the caller's notebook as it was), and make the same output as with nbconvert's own ``_preprocess``."""
+    notebook = reference("05_broadcasting_amp")
+    before = copy.deepcopy(notebook)
+    config = Config({"Exporter": {"optimistic_validation": True}})
+    copied: list[int] = []
+
+    def converted() -> str:
+        copied.clear()
+        for module in (copy, validator):
+            real = module.deepcopy
+            notebook_copy = lambda x, *a, real=real: copied.append(isinstance(x, dict) and "cells" in x) or real(x, *a)
+            monkeypatch.setattr(module, "deepcopy", notebook_copy)
+        output, _ = exporter(config=config).from_notebook_node(notebook)
+        monkeypatch.undo()
+        return output
+
+    ours, ours_copies = converted(), copied.count(True)
+    monkeypatch.setattr(CopiedOnceExporter, "_preprocess", Exporter._preprocess)
+    with_nbconverts = converted()
+    assert (ours_copies, copied.count(True)) == (1, 3)
+    assert ours == with_nbconverts and notebook == before
 
 
 def test_the_batch_sanitises_with_the_configured_steps():

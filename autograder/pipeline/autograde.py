@@ -1,4 +1,4 @@
-"""Stage ``autograde``: two of nbgrader autograde's steps without the work they repeat for every notebook.
+"""Stage ``autograde``: three of nbgrader autograde's steps without the work they repeat for every notebook.
 
 The course's one nbgrader process autogrades every notebook of a run, one at a time (it is the gradebook's one
 writer, :mod:`autograder.grading.session`), so what it spends per notebook is serial. Measured over 27 stored executions
@@ -14,21 +14,25 @@ writer, :mod:`autograder.grading.session`), so what it spends per notebook is se
   whole notebook again (it may not change the caller's) and validates it once more. The exporter's notebook is
   its own copy, already validated after its preprocessors (``Exporter.optimistic_validation``), and dropped
   once written. :class:`AutogradedNotebookExporter` writes that copy in place, to the same bytes.
+- nbconvert copies the notebook three times in each conversion before its preprocessors run, where one copy
+  leaves the caller's notebook as it was (:class:`CopiedOnceExporter`, the feedback page's exporter's too).
 
 Together: 0.16 to 0.127 s of CPU per notebook in that process. The sanitising the batch does before executing
 (:func:`autograder.pipeline.batch.jobs_of`, serial in the ``grade`` command) uses the same ``CheckCellMetadata``.
-Both classes are named in ``nbgrader_config.py`` (``Autograde.sanitize_preprocessors``,
+The classes are named in ``nbgrader_config.py`` (``Autograde.sanitize_preprocessors``,
 ``Autograde.autograde_preprocessors`` and ``Autograde.exporter_class``).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import traceback
 from typing import Any, ClassVar
 
 import jsonschema
 from nbconvert.exporters import Exporter, NotebookExporter
+from nbformat import validator
 from nbformat.notebooknode import NotebookNode
 from nbformat.v4.nbjson import BytesEncoder
 from nbformat.v4.rwbase import split_lines, strip_transient
@@ -89,7 +93,36 @@ class CheckCellMetadata(preprocessors.CheckCellMetadata):
         return nb, resources
 
 
-class AutogradedNotebookExporter(NotebookExporter):
+class CopiedOnceExporter(Exporter):
+    """An nbconvert exporter that copies the notebook it converts once, not three times.
+
+    nbconvert 7.17's ``from_notebook_node`` deep-copies the notebook, then ``_preprocess`` copies that copy, and
+    nbformat's ``normalize`` copies it once more (about 12 ms of CPU each for a graded notebook of this course,
+    three conversions a submission: nbgrader autograde's two passes and its feedback page). Here ``_preprocess``
+    works on the copy ``from_notebook_node`` made, which no one else holds; the caller's notebook is still left
+    as it was.
+    """
+
+    def _preprocess(self, nb: NotebookNode, resources: dict[str, Any]) -> tuple[NotebookNode, dict[str, Any]]:
+        """nbconvert 7.17's ``Exporter._preprocess`` on ``nb`` itself: normalised in place (nbformat's
+        ``_normalize``, which its ``normalize`` runs on a copy), each preprocessor run, validated as configured.
+
+        Raises:
+            nbformat.ValidationError: the notebook is invalid after a preprocessor (nbconvert's validation).
+        """
+        resources = copy.deepcopy(resources)
+        major, minor = validator.get_version(nb)
+        _, nb = validator._normalize(nb, major, minor, True, relax_add_props=False, strip_invalid_metadata=False)
+        for preprocessor in self._preprocessors:
+            nb, resources = preprocessor(nb, resources)
+            if not self.optimistic_validation:
+                self._validate_preprocessor(nb, preprocessor)
+        if self.optimistic_validation and self._preprocessors:
+            self._validate_preprocessor(nb, preprocessor)
+        return nb, resources
+
+
+class AutogradedNotebookExporter(CopiedOnceExporter, NotebookExporter):
     """nbconvert's ``NotebookExporter`` that writes its own (already validated) copy of the notebook without
     copying it once more: the same JSON as ``nbformat.writes`` (nbformat's v4 writer: one space of indent,
     sorted keys, text split into lines, transient metadata left out)."""

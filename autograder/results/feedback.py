@@ -75,6 +75,7 @@ from traitlets import default
 
 from ..course import HIDDEN_TEST_MARKERS, cell_labels, grade_id, is_autograder_tests
 from .safehtml import MathImages, clean, with_policy
+from ..pipeline.autograde import CopiedOnceExporter
 from ..pipeline.structure import UNREADABLE
 from ..pipeline.verdict import GROUP_LOST, HIDDEN_FAILED, MISMATCH, RECORD_MIME_TYPE, reference_of
 
@@ -469,10 +470,11 @@ def _highlighted(source: str, language: str, magics_language: str | None, format
     return highlighter(source, language, metadata)
 
 
-class FeedbackExporter(HTMLExporter):
+class FeedbackExporter(CopiedOnceExporter, HTMLExporter):
     """nbconvert's ``HTMLExporter`` for ``nbgrader generate_feedback`` (``GenerateFeedback.exporter_class`` in
     nbgrader_config.py), for less CPU a page and the same page as a browser reads it:
 
+    - the notebook is copied once, not three times (:class:`autograder.pipeline.autograde.CopiedOnceExporter`);
     - its templates are compiled once per process (:data:`COMPILED_TEMPLATES`): nbgrader makes a new exporter, so
       a new Jinja environment, for every submission, and each compiled the page's nine templates again (about
       0.1 s of CPU a page);
