@@ -15,9 +15,11 @@ import importlib.metadata
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from jupyter_core.paths import jupyter_path
-from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.api import Comment, Grade, Gradebook, MissingEntry, SubmittedNotebook
+from sqlalchemy.orm import joinedload, selectinload, undefer
 
 from ..course import Course, hash_files, write_atomically
 from .execute import STORE
@@ -60,23 +62,46 @@ def feedback_key(course: Course, assignment_id: str, student_id: str) -> str | N
         else:
             hash_files(digest, [path], root=folder)
     with Gradebook(course.db_url) as gradebook:
-        try:
-            notebooks = gradebook.find_submission(assignment_id, student_id).notebooks
-        except MissingEntry:
-            return None
-        grades = [
-            [
-                notebook.name,
-                notebook.score,
-                notebook.max_score,
-                notebook.late_submission_penalty,
-                sorted((grade.name, grade.score, grade.max_score) for grade in notebook.grades),
-                sorted((comment.name, comment.comment) for comment in notebook.comments),
-            ]
-            for notebook in sorted(notebooks, key=lambda notebook: notebook.name)
-        ]
+        grades = _graded(gradebook, assignment_id, student_id)
+    if grades is None:
+        return None
     digest.update(json.dumps(grades).encode())
     return digest.hexdigest()
+
+
+def _graded(gradebook: Gradebook, assignment_id: str, student_id: str) -> list[list[Any]] | None:
+    """For each notebook of the submission, by name: its name, score, maximum and late penalty, ``(name, score,
+    maximum)`` of each grade and ``(name, comment)`` of each comment, sorted (None: no such submission).
+
+    Read in a few queries, not through the notebooks' relationships, which load them one at a time (about 40
+    queries a submission).
+    """
+    try:
+        submission = gradebook.find_submission(assignment_id, student_id)
+    except MissingEntry:
+        return None
+    notebooks = (
+        gradebook.db.query(SubmittedNotebook)
+        .filter(SubmittedNotebook.assignment_id == submission.id)
+        .options(
+            joinedload(SubmittedNotebook.notebook),
+            undefer(SubmittedNotebook.score),
+            undefer(SubmittedNotebook.max_score),
+            selectinload(SubmittedNotebook.grades).options(joinedload(Grade.cell), undefer(Grade.max_score)),
+            selectinload(SubmittedNotebook.comments).joinedload(Comment.cell),
+        )
+    )
+    return [
+        [
+            notebook.name,
+            notebook.score,
+            notebook.max_score,
+            notebook.late_submission_penalty,
+            sorted((grade.name, grade.score, grade.max_score) for grade in notebook.grades),
+            sorted((comment.name, comment.comment) for comment in notebook.comments),
+        ]
+        for notebook in sorted(notebooks, key=lambda notebook: notebook.name)
+    ]
 
 
 @functools.cache

@@ -172,6 +172,20 @@ def export_grades(session: Session, to: Path) -> None:
         raise CourseError(f"nbgrader export failed:\n{outcome.tail()}")
 
 
+def reuse_engines() -> None:
+    """Make nbgrader's ``Gradebook`` open every gradebook of one URL with the same SQLAlchemy engine, in this process.
+
+    nbgrader 0.9.6 creates an engine each time a ``Gradebook`` is opened (about ten times a submission in autograde
+    and generate_feedback), and SQLAlchemy caches the statements it compiled per engine (its cache key holds the
+    engine's dialect): every query of every submission was compiled again, about half the CPU of reading a
+    submission's grades. ``Gradebook.close`` still disposes of the engine's pool, closing its connections; the
+    engine opens new ones when it is used again.
+    """
+    import nbgrader.api
+
+    nbgrader.api.create_engine = functools.cache(nbgrader.api.create_engine)
+
+
 def serve(root: str, replies: int) -> None:
     """The nbgrader process: load nbgrader and the course's configuration once, then answer each request line
     of stdin with a reply line on file descriptor ``replies``, until stdin ends."""
@@ -179,6 +193,7 @@ def serve(root: str, replies: int) -> None:
     from nbgrader.apps import ExportApp, NbGraderAPI, NbGraderApp
     from nbgrader.utils import temp_attrs
 
+    reuse_engines()
     app = NbGraderApp()
     app.initialize([f"--CourseDirectory.root={root}"])  # config files as the nbgrader command loads them
     api = NbGraderAPI(coursedir=app.coursedir, parent=app)
