@@ -9,6 +9,7 @@ import math
 import os
 import re
 import sys
+import sysconfig
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from autograder.authoring.build import build
 from autograder.kernel.checks import RECORD_MIME_TYPE
 from autograder.course import ROOT, CourseError, cell_labels, grade_id, is_autograder_tests, is_grade, is_solution
 from autograder.grading.grade import NOT_ISOLATED
+from autograder.pipeline.reference import write_reference
 from autograder.pipeline.releases import RELEASES, recorded_cells, update_gradebook
 from autograder.kernel.sandbox import BWRAP_ENV
 from autograder.authoring.samples import samples, write_download
@@ -46,6 +48,26 @@ def test_rebuild_leaves_release_and_notebooks_unchanged(course_copy):
         stored = json.loads(ROOT.joinpath("notebooks", f"{assignment_id}.ipynb").read_text())
         rebuilt = json.loads(course_copy.reference_notebook(assignment_id).read_text())
         assert same_but_noise(stored, rebuilt), f"notebooks/{assignment_id}.ipynb changed on rebuild"
+
+
+def test_a_reference_written_from_a_home_folder_on_another_python_is_the_same_notebook(course_copy, monkeypatch):
+    """Where the course and its environment are under the home folder, IPython writes traceback paths as ``~/...``;
+    and the kernel's Python version differs by machine in its patch number. Neither reaches notebooks/: a
+    maintainer's rebuild there leaves it as it is."""
+    packages = Path(sysconfig.get_paths()["purelib"])
+    monkeypatch.setenv("HOME", str(packages.parents[1]))  # site-packages is then ~/python3.X/site-packages
+    stored = course_copy.reference_notebook("01_tensors")
+    notebook = nbformat.read(stored, as_version=4)
+    failing = next(c for c in notebook.cells if any(o.output_type == "error" for o in c.get("outputs", [])))
+    error = next(o for o in failing.outputs if o.output_type == "error")
+    shown_path = f"~/{packages.parent.name}/site-packages/torch/autograd/__init__.py"
+    error.traceback = [*error.traceback, f"File {shown_path}:10, in grad"]
+    notebook.metadata.language_info.version = f"{sys.version_info.major}.{sys.version_info.minor}.99"
+    write_reference(course_copy, "01_tensors", notebook)
+    written = nbformat.read(stored, as_version=4)
+    error = next(o for o in written.cells[notebook.cells.index(failing)].outputs if o.output_type == "error")
+    assert error.traceback[-1] == "File site-packages/torch/autograd/__init__.py:10, in grad"
+    assert written.metadata.language_info.version == f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def same_but_noise(a, b) -> bool:

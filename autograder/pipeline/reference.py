@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
+from IPython.utils.path import compress_user
 from nbclient import NotebookClient
 from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
@@ -79,13 +80,19 @@ def write_reference(course: Course, assignment_id: str, executed: nbformat.Noteb
     """Store an executed reference notebook as notebooks/<id>.ipynb.
 
     File paths in tracebacks are written relative to site-packages and the
-    course, so the stored notebook does not depend on where it was built.
-    Cells marked ``# NBVAL_IGNORE_OUTPUT`` (timings, benchmark plots) keep the
-    outputs already stored for them while their source is unchanged, so a
-    rebuild without source changes leaves notebooks/ as it was.
+    course (also where IPython wrote them from the home folder, ``~/...``),
+    and the kernel's Python version as major.minor, so the stored notebook
+    does not depend on where it was built. Cells marked
+    ``# NBVAL_IGNORE_OUTPUT`` (timings, benchmark plots) keep the outputs
+    already stored for them while their source is unchanged, so a rebuild
+    without source changes leaves notebooks/ as it was.
     """
     path = course.reference_notebook(assignment_id)
-    _portable_tracebacks(executed, {sysconfig.get_paths()["purelib"]: "site-packages", str(course.root): "."})
+    places = {**_spellings(sysconfig.get_paths()["purelib"], "site-packages"), **_spellings(str(course.root), ".")}
+    _portable_tracebacks(executed, places)
+    language = executed.metadata.get("language_info", {})
+    if "version" in language:
+        language["version"] = ".".join(str(language["version"]).split(".")[:2])
     if path.exists():
         stored = {cell.get("id"): cell for cell in read_notebook(path).cells}
         for cell in executed.cells:
@@ -96,6 +103,13 @@ def write_reference(course: Course, assignment_id: str, executed: nbformat.Noteb
     nbformat.write(executed, partial)
     partial.replace(path)  # atomic: the stored notebook is the old one or the new one, whole
     return path
+
+
+def _spellings(path: str, portable: str) -> dict[str, str]:
+    """``{path: portable}``, and the same for ``path`` as IPython writes it in a traceback when it is under the home
+    folder (``~/...``)."""
+    under_home = compress_user(path)
+    return {path: portable} | ({under_home: portable} if under_home.startswith("~" + os.sep) else {})
 
 
 def _portable_tracebacks(notebook: nbformat.NotebookNode, replacements: dict[str, str]) -> None:
