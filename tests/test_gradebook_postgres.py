@@ -7,7 +7,9 @@ same on both."""
 import csv
 import getpass
 import shutil
+import subprocess
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,6 +29,8 @@ DUE = "2026-11-30 12:00:00 UTC"
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=timezone.utc)
 LATE, ON_TIME = "alovelace", "bbronte"
 """The download's students: the reference solution after the due date, the unchanged release before it."""
+EXIT_DELAY_US = 1_000_000
+"""How long strace holds the server's main process at its exit (microseconds)."""
 RESULTS = ("grades.csv", "task_results.csv", "class_results.csv", f"lms_blackboard_{ASSIGNMENT}.csv")
 
 
@@ -100,10 +104,26 @@ def test_the_hand_grade_and_the_late_submission_show(graded):
 
 
 def test_stopping_the_server_leaves_no_process(server):
+    """The server removes ``postmaster.pid`` on its way out, before its main process exits, and ``pg_ctl stop -w``
+    returns then. Here strace delays that process's ``exit_group`` by a second, so that a stop which returns with
+    ``pg_ctl`` leaves it running."""
     assert server.running
     main = psutil.Process(int((server.data / "postmaster.pid").read_text().split()[0]))
     processes = [main, *main.children(recursive=True)]
     assert len(processes) > 1  # the server and its workers
-    assert postgres.stop(server)
-    assert not server.running
-    assert [process for process in processes if process.is_running() and process.status() != "zombie"] == []
+    delay = ["-e", "trace=exit_group", "-e", f"inject=exit_group:delay_enter={EXIT_DELAY_US}"]
+    with subprocess.Popen(["strace", "-qq", "-o", "/dev/null", *delay, "-p", str(main.pid)]) as tracer:
+        deadline = time.monotonic() + 10
+        while _tracer(main) == 0 and time.monotonic() < deadline and tracer.poll() is None:
+            time.sleep(0.01)
+        assert _tracer(main) == tracer.pid
+        assert postgres.stop(server)
+        assert not server.running
+        assert [process for process in processes if process.is_running() and process.status() != "zombie"] == []
+        assert tracer.wait(timeout=10) == 0
+
+
+def _tracer(process: psutil.Process) -> int:
+    """The pid of the process tracing ``process`` (0: none)."""
+    status = Path(f"/proc/{process.pid}/status").read_text(encoding="utf-8")
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("TracerPid:")))

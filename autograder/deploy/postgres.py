@@ -13,14 +13,19 @@ import getpass
 import os
 import pwd
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from ..course import CourseError
 
 BINARIES = Path("/usr/lib/postgresql")
 """Where Debian's ``postgresql-<version>`` packages keep ``initdb``, ``pg_ctl`` and ``postgres`` (``<version>/bin``)."""
 INSTALL = "apt-get install postgresql"
+EXIT_WAIT_S = 10
+"""How long :func:`stop` waits for the server's processes to exit once ``pg_ctl`` has returned."""
 
 
 @dataclass(frozen=True)
@@ -108,16 +113,44 @@ def start(
 
 
 def stop(server: Server) -> bool:
-    """Stop ``server`` (``pg_ctl stop -m fast``: open sessions are ended, the data is kept) and wait until it has.
-    Returns whether it was running.
+    """Stop ``server`` (``pg_ctl stop -m fast``: open sessions are ended, the data is kept) and wait until its
+    processes have exited. Returns whether it was running.
+
+    ``pg_ctl stop -w`` returns once the server has removed ``postmaster.pid``, which it does on its way out, before
+    the process exits; so the server's processes, found before the stop, are waited for here (at most
+    :data:`EXIT_WAIT_S` seconds; an exited process that nobody has reaped yet counts as exited).
 
     Raises:
-        CourseError: ``pg_ctl`` failed (its output quoted).
+        CourseError: ``pg_ctl`` failed (its output quoted), or a process of the server still runs after
+            :data:`EXIT_WAIT_S` seconds.
     """
     if not server.running:
         return False
+    processes = _processes(server)
     _as_owner([str(binaries() / "pg_ctl"), "stop", "-D", str(server.data), "-m", "fast", "-w", "-t", "60"])
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while running := [process for process in processes if _runs(process)]:
+        if time.monotonic() > deadline:
+            raise CourseError(f"PostgreSQL stopped but its processes {[p.pid for p in running]} still run")
+        time.sleep(0.01)
     return True
+
+
+def _processes(server: Server) -> list[psutil.Process]:
+    """The server's main process (its pid is the first line of ``postmaster.pid``) and all of its children; none
+    when it has just exited."""
+    try:
+        main = psutil.Process(int((server.data / "postmaster.pid").read_text(encoding="utf-8").split()[0]))
+        return [main, *main.children(recursive=True)]
+    except (FileNotFoundError, psutil.NoSuchProcess):
+        return []
+
+
+def _runs(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _append(path: Path, text: str, account: pwd.struct_passwd) -> None:
