@@ -32,19 +32,21 @@ from ..kernel.sandbox import SandboxedKernelManager
 
 NBVAL_RAISES = "NBVAL_RAISES_EXCEPTION"
 NBVAL_IGNORE = "NBVAL_IGNORE_OUTPUT"
+REPRODUCIBLE_CPU_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MKL_CBWR": "COMPATIBLE"}
+"""What makes a kernel's CPU arithmetic the same from run to run: MKL's LAPACK results (e.g.
+``torch.linalg.lstsq``) change in their last bits with the number of threads and, even on one thread, with memory
+alignment unless conditional numerical reproducibility is on (``MKL_CBWR=COMPATIBLE``, Intel MKL developer guide).
+The kernels that re-execute notebooks/ under nbval get it too (``tests/nbval_policy.py``): a value printed to a few
+decimals may lie that close to a rounding boundary."""
 REFERENCE_ENV = {
     "COURSE_DEVICE": "cpu",
     "PYTHONHASHSEED": "0",
     "CUDA_VISIBLE_DEVICES": "",
     "TQDM_DISABLE": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "MKL_CBWR": "COMPATIBLE",
+    **REPRODUCIBLE_CPU_ENV,
 }
 """Environment of the kernels that execute reference notebooks (CI is CPU-only). A rebuild must
-reproduce notebooks/ byte for byte, and MKL's LAPACK results (e.g. ``torch.linalg.lstsq``) change in
-their last bits with the number of threads and, even on one thread, with memory alignment unless
-conditional numerical reproducibility is on (``MKL_CBWR=COMPATIBLE``, Intel MKL developer guide)."""
+reproduce notebooks/ byte for byte."""
 CELL_TIMEOUT_S = 600
 
 
