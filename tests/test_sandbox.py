@@ -6,6 +6,7 @@ carried on.
 """
 
 import asyncio
+import json
 import os
 import platform
 import queue
@@ -205,6 +206,25 @@ def test_forked_kernels_start_with_torchs_traceback_files_parsed_and_show_the_tr
     tracebacks = [[o.traceback for o in cells[1].outputs if o.output_type == "error"] for cells in (forked, cold)]
     assert tracebacks[0] == tracebacks[1] and len(tracebacks[0]) == 1
     assert "torch/_tensor.py" in "".join(tracebacks[0][0])
+
+
+@pytest.mark.skipif(not FORKS, reason="kernels are forked as root only")
+def test_a_forked_kernel_formats_each_traceback_once_and_keeps_the_one_it_showed():
+    """IPython formats a failed cell's traceback again for its history (``forkserver._kernel_class``): a forked
+    kernel stores the one it showed. A kernel in its own sandbox (plain ipykernel) formats it twice."""
+    count = (
+        "import json\nformatted = []\nip = get_ipython()\nformat_traceback = ip.InteractiveTB.structured_traceback\n"
+        "ip.InteractiveTB.structured_traceback = lambda *a, **k: formatted.append(1) or format_traceback(*a, **k)"
+    )
+    fails = "def fails():\n    return 1 / 0\nfails()"
+    stored = "print(len(formatted))\nkept = ip.history_manager.exceptions\nprint(json.dumps(kept[max(kept)]))"
+    forked, cold = (run(count, fails, stored, fork=fork, timeout=60) for fork in (True, False))
+    assert [printed(cells[2]).splitlines()[0] for cells in (forked, cold)] == ["1", "2"]
+    shown = [o for o in forked[1].outputs if o.output_type == "error"]
+    assert len(shown) == 1 and shown[0].ename == "ZeroDivisionError"
+    kept = json.loads(printed(forked[2]).splitlines()[1])
+    assert kept == {"ename": "ZeroDivisionError", "evalue": "division by zero", "traceback": shown[0].traceback}
+    assert [o.traceback for o in cold[1].outputs if o.output_type == "error"] == [shown[0].traceback]
 
 
 def test_each_forked_kernel_has_its_own_network_mounts_and_tmp():

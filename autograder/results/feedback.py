@@ -115,7 +115,8 @@ class Secrets:
         """Whether the text of ``outputs`` (any MIME type but images, tracebacks without colours), read one after
         another, carries a secret: a text or a run of numbers split between two outputs included."""
         texts = [_text(output) for output in outputs]
-        if any(secret in "".join(texts) for secret in self.texts):
+        joined = "".join(texts)
+        if any(secret in joined for secret in self.texts):
             return True
         found = [float(match) for match in NUMBER.findall("\n".join(texts))] if self.numbers else []
         return any(_contains(found, numbers) for numbers in self.numbers)
