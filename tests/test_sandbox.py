@@ -308,7 +308,7 @@ def test_outputs_a_cut_cell_would_keep_nothing_of_are_dropped_unparsed_and_the_c
 
         monkeypatch.setattr(Session, "deserialize", recorded)
         if not drops:
-            monkeypatch.setattr(Execute, "_keeps_nothing_of", lambda self, msg_type, size: False)
+            monkeypatch.setattr(Execute, "_keeps_nothing_of", lambda self, size, read_type: False)
         cells = run(SETUP, *floods, SHOW_STATE, timeout=60)
         monkeypatch.undo()
         return cells, sum(size > cell_limit for size in parsed)
@@ -697,16 +697,19 @@ def test_a_kernel_is_ready_once_it_answered_on_both_channels_without_waiting_for
 
 
 def test_a_message_sent_twice_costs_only_its_cells_outputs():
-    """A kernel that sends one signed message twice (jupyter_client refuses the second: "Duplicate Signature")
-    and one with a wrong signature: both are dropped unread, the notebook goes on (jupyter_client raised out of
-    nbclient, and the whole notebook went ungraded)."""
+    """A kernel that sends one signed message twice (jupyter_client refuses the second: "Duplicate Signature"),
+    one with a wrong signature, and a signed one of 3 MB whose header is a JSON list: all are dropped unread, the
+    notebook goes on (jupyter_client raised out of nbclient, and the whole notebook went ungraded)."""
     replay = (
+        "import json\n"
         "kernel = get_ipython().kernel\n"
         "message = kernel.session.msg('stream', {'name': 'stdout', 'text': 'once\\n'}, parent=kernel.get_parent('shell'))\n"
         "frames = kernel.session.serialize(message)\n"
         "kernel.iopub_socket.send_multipart(frames)\n"
         "kernel.iopub_socket.send_multipart(frames)\n"
-        "kernel.iopub_socket.send_multipart([frames[0], b'0' * len(frames[1]), *frames[2:]])"
+        "kernel.iopub_socket.send_multipart([frames[0], b'0' * len(frames[1]), *frames[2:]])\n"
+        "parts = [json.dumps(part).encode() for part in (['a', 'list'], {}, {}, {'text': 'x' * 3_000_000})]\n"
+        "kernel.iopub_socket.send_multipart([frames[0], kernel.session.sign(parts), *parts])"
     )
     _, replayed, after = run(SETUP, replay, SHOW_STATE, timeout=10)
     assert printed(replayed) == "once\n" and enames(replayed) == []

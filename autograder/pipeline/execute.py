@@ -51,6 +51,7 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -245,13 +246,17 @@ class Execute(NbgraderExecute):
 
     start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
-    def _keeps_nothing_of(self, msg_type: str | None, size: int) -> bool:
-        """Whether an IOPub message of ``msg_type`` whose content is ``size`` bytes (of JSON) would change nothing in
-        the running cell (:meth:`output`): an output larger than a cell may keep, while the cell has already been
-        cut (it shows the note) with nothing left of its limits, and, for an error, shows an error already. The
-        first such output of a cell is read (its beginning may be kept, an error keeps its name); later ones are
-        not parsed. Not an update of a display (it may change other cells)."""
-        if self._running is None or size <= self.max_output_bytes or msg_type not in OUTPUT_MESSAGES:
+    def _keeps_nothing_of(self, size: int, read_type: Callable[[], str | None]) -> bool:
+        """Whether an IOPub message whose content is ``size`` bytes (of JSON), of the type ``read_type()`` reads
+        (called only for a message that large), would change nothing in the running cell (:meth:`output`): an
+        output larger than a cell may keep, while the cell has already been cut (it shows the note) with nothing
+        left of its limits, and, for an error, shows an error already. The first such output of a cell is read (its
+        beginning may be kept, an error keeps its name); later ones are not parsed. Not an update of a display (it
+        may change other cells)."""
+        if self._running is None or size <= self.max_output_bytes:
+            return False
+        msg_type = read_type()
+        if msg_type not in OUTPUT_MESSAGES:
             return False
         index, cell = self._running
         if index not in self._cut or self._charge(index, 1, dry=True) > 0:
