@@ -704,7 +704,7 @@ def _kernel_class() -> type:
     (``history_manager.exceptions``), and formats it there a second time after the cell showed it
     (``InteractiveShell._format_exception_for_storage``: ``stack_data`` and pygments again, the larger part of a
     traceback's cost). This shell keeps the traceback it has just shown instead, the same lines. Every output is
-    unchanged; the course's reference notebooks show 12 to 24 errors each (the cells that raise on purpose).
+    unchanged; the course's notebooks have many cells that raise on purpose.
     """
     from ipykernel.ipkernel import IPythonKernel
     from ipykernel.zmqshell import ZMQInteractiveShell
