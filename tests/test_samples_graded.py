@@ -41,6 +41,7 @@ from autograder.course import (
     read_notebook,
 )
 from autograder.harness.demo import mismatches_of
+from autograder.kernel.sandbox import KERNEL_UIDS
 from autograder.pipeline.execute import STORE, Execute
 from autograder.results.feedback import REDACTED
 from autograder.grading.grade import grade
@@ -295,7 +296,7 @@ def test_a_run_interrupted_then_terminated_leaves_no_process_behind(tmp_path):
     run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180
-        while not any(uid >= KERNEL_UIDS for uid in descendants(run.pid).values()):
+        while not any(uid in KERNEL_UIDS for uid in descendants(run.pid).values()):
             assert run.poll() is None and time.monotonic() < deadline, "no kernel started"
             time.sleep(0.2)
         started = descendants(run.pid)
@@ -309,10 +310,6 @@ def test_a_run_interrupted_then_terminated_leaves_no_process_behind(tmp_path):
     while (left := [pid for pid in started if alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert left == [], f"{len(left)} of the run's {len(started)} processes were left"
-
-
-KERNEL_UIDS = 200_000
-"""Kernels run as users from here up (autograder.kernel.sandbox._default_uid)."""
 
 
 def descendants(root: int) -> dict[int, int]:

@@ -213,14 +213,18 @@ def problem() -> str | None:
 
 _kernels_started = itertools.count()
 
+KERNEL_UIDS = range(200_000, 300_000)
+"""The user ids kernels run as by default, as root (:func:`_default_uid`)."""
+
 
 def _default_uid() -> int:
-    """A user id for the next kernel: 200000 + 100 * (process id mod 1000) + (kernels started here mod 100).
+    """A user id for the next kernel, in :data:`KERNEL_UIDS`: its start + 100 * (process id mod 1000) + (kernels
+    started here mod 100).
 
     Each kernel gets its own, so ``RLIMIT_NPROC`` (counted per user) never counts the processes a
     previous kernel left dying, nor those of kernels that other grading processes run at the same time.
     """
-    return 200_000 + 100 * (os.getpid() % 1000) + next(_kernels_started) % 100
+    return KERNEL_UIDS.start + 100 * (os.getpid() % 1000) + next(_kernels_started) % 100
 
 
 class ForkServer:
